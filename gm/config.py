@@ -1,0 +1,158 @@
+"""The GM's configuration file: upstream's keys plus ours, one typed loader.
+
+Upstream semantics are kept: YAML decoded into a struct pre-filled with defaults, keys
+matched case-insensitively, unknown keys ignored, a YAML null leaves the default, and
+`kubeConfig`, if set, must name an existing file. Unlike upstream, a wrong type is an
+error naming the key instead of a silent zero.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from typing import Any, get_type_hints
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """The configuration file cannot be used; the message names the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class WebsocketConfig:
+    address: str = "0.0.0.0"
+    port: int = 9000
+    token: str = ""  # bearer token LCs must present; empty = no authentication
+    tokenFile: str = ""  # read the token from this file (a mounted Secret)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerRef:
+    server: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class KubeClientConfig:
+    qps: float = 50.0
+    burst: int = 100
+    timeoutSeconds: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderElectionConfig:
+    enabled: bool = False
+    leaseName: str = "sedna-gm"
+    leaseNamespace: str = "sedna"
+    leaseDurationSeconds: float = 15.0
+    renewDeadlineSeconds: float = 10.0
+    retryPeriodSeconds: float = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    level: str = "info"
+    format: str = "text"  # text (key=value) or json
+
+
+@dataclass(frozen=True, slots=True)
+class FederatedLearningConfig:
+    specEditPolicy: str = "recreate"  # recreate | reject
+
+
+@dataclass(frozen=True, slots=True)
+class GMConfig:
+    kubeConfig: str = ""
+    master: str = ""
+    namespace: str = ""
+    websocket: WebsocketConfig = field(default_factory=WebsocketConfig)
+    localController: ServerRef = field(default_factory=lambda: ServerRef("http://localhost:9100"))
+    knowledgeBaseServer: ServerRef = field(default_factory=lambda: ServerRef("http://localhost:9020"))
+    minResyncPeriodSeconds: int = 30
+    kubeClient: KubeClientConfig = field(default_factory=KubeClientConfig)
+    workers: int = 4  # reconcile workers per controller
+    leaderElection: LeaderElectionConfig = field(default_factory=LeaderElectionConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    federatedLearning: FederatedLearningConfig = field(default_factory=FederatedLearningConfig)
+
+    def websocket_token(self) -> str:
+        if self.websocket.token:
+            return self.websocket.token
+        if self.websocket.tokenFile:
+            with open(self.websocket.tokenFile, encoding="utf-8") as f:
+                return f.read().strip()
+        return ""
+
+
+def _coerce(path: str, hint: Any, value: Any, default: Any) -> Any:
+    if is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: expected a mapping, got {type(value).__name__}")
+        return _fill(path, default, value)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+    raise ConfigError(f"{path}: expected {hint.__name__}, got {value!r}")
+
+
+def _fill(prefix: str, base: Any, data: dict[str, Any]) -> Any:
+    hints = get_type_hints(type(base))
+    by_lower = {f.name.lower(): f.name for f in fields(base)}
+    changes: dict[str, Any] = {}
+    for key, value in data.items():
+        name = by_lower.get(str(key).lower())
+        if name is None or value is None:  # unknown keys ignored; null keeps the default
+            continue
+        path = f"{prefix}.{name}" if prefix else name
+        changes[name] = _coerce(path, hints[name], value, getattr(base, name))
+    return replace(base, **changes)
+
+
+def _validate(cfg: GMConfig) -> None:
+    if cfg.kubeConfig and not os.path.isfile(cfg.kubeConfig):
+        raise ConfigError(f"kubeConfig: file {cfg.kubeConfig!r} does not exist")
+    if not 0 < cfg.websocket.port < 65536:
+        raise ConfigError(f"websocket.port: {cfg.websocket.port} is not a valid port")
+    if cfg.workers < 1:
+        raise ConfigError("workers: must be at least 1")
+    if cfg.kubeClient.qps <= 0 or cfg.kubeClient.burst < 1:
+        raise ConfigError("kubeClient: qps must be > 0 and burst >= 1")
+    if cfg.federatedLearning.specEditPolicy not in ("recreate", "reject"):
+        raise ConfigError("federatedLearning.specEditPolicy: must be 'recreate' or 'reject'")
+    if cfg.log.format not in ("text", "json"):
+        raise ConfigError("log.format: must be 'text' or 'json'")
+    if cfg.minResyncPeriodSeconds < 1:
+        raise ConfigError("minResyncPeriodSeconds: must be at least 1")
+
+
+def parse_config(text: str) -> GMConfig:
+    """Parse the YAML text of a config file over the defaults."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"not valid YAML: {exc}") from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError("the configuration must be a mapping")
+    cfg = _fill("", GMConfig(), data)
+    _validate(cfg)
+    return cfg
+
+
+def load_config(path: str) -> GMConfig:
+    """Read and parse the config file at `path` (it must exist, as upstream requires)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return parse_config(f.read())
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path!r}: {exc.strerror}") from exc

@@ -1,0 +1,69 @@
+import pytest
+
+from gm.config import ConfigError, GMConfig, load_config, parse_config
+
+
+def test_defaults_match_upstream():
+    cfg = parse_config("")
+    assert cfg == GMConfig()
+    assert (cfg.websocket.address, cfg.websocket.port) == ("0.0.0.0", 9000)
+    assert cfg.localController.server == "http://localhost:9100"
+    assert cfg.knowledgeBaseServer.server == "http://localhost:9020"
+    assert cfg.minResyncPeriodSeconds == 30
+    assert cfg.federatedLearning.specEditPolicy == "recreate"
+
+
+def test_upstream_helm_config_parses():
+    # What upstream's Helm chart renders: nulls keep defaults, keys in upstream's spelling.
+    text = """
+kubeConfig:
+master: ""
+namespace: ""
+websocket:
+  address: 0.0.0.0
+  port: 9000
+localController:
+  server: http://localhost:9100
+knowledgeBaseServer:
+  server: http://kb.sedna:9020
+"""
+    cfg = parse_config(text)
+    assert cfg.kubeConfig == ""
+    assert cfg.knowledgeBaseServer.server == "http://kb.sedna:9020"
+
+
+def test_keys_are_case_insensitive_and_unknown_keys_ignored():
+    cfg = parse_config("WebSocket: {PORT: 9100}\nsomethingElse: 3\nKUBECLIENT: {qps: 5, burst: 7}")
+    assert cfg.websocket.port == 9100
+    assert (cfg.kubeClient.qps, cfg.kubeClient.burst) == (5.0, 7)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        pytest.param("websocket: {port: abc}", "websocket.port: expected int, got 'abc'", id="wrong-type"),
+        pytest.param("websocket: 3", "websocket: expected a mapping, got int", id="not-mapping"),
+        pytest.param("workers: 0", "workers: must be at least 1", id="workers"),
+        pytest.param("- a", "the configuration must be a mapping", id="list"),
+        pytest.param("a: [", "not valid YAML", id="yaml"),
+        pytest.param("kubeConfig: /nonexistent/kc", "kubeConfig: file '/nonexistent/kc' does not exist", id="kubeconfig"),
+        pytest.param("federatedLearning: {specEditPolicy: keep}", "specEditPolicy: must be", id="policy"),
+        pytest.param("websocket: {port: 70000}", "websocket.port: 70000 is not a valid port", id="port-range"),
+    ],
+)
+def test_bad_config_names_the_key(text, message):
+    with pytest.raises(ConfigError) as exc:
+        parse_config(text)
+    assert message in str(exc.value)
+
+
+def test_load_config_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config(str(tmp_path / "nope.yaml"))
+
+
+def test_token_from_file(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    cfg = parse_config(f"websocket: {{tokenFile: {token}}}")
+    assert cfg.websocket_token() == "s3cret"
