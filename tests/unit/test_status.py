@@ -1,0 +1,100 @@
+import pytest
+
+from gm.controllers.status import fl_phase, fl_status, ji_status, pod_counts
+from shared.objects import find_condition
+
+T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
+
+
+def pod(phase, *, terminating=False):
+    meta = {"name": "p"}
+    if terminating:
+        meta["deletionTimestamp"] = T0
+    return {"metadata": meta, "status": {"phase": phase}}
+
+
+def test_pod_counts():
+    pods = [pod("Running"), pod("Pending"), pod("Succeeded"), pod("Failed"), pod("Running", terminating=True)]
+    assert pod_counts(pods) == (2, 1, 1)
+
+
+@pytest.mark.parametrize("phases, all_present, expected", [
+    pytest.param([], False, "Pending", id="no-pods"),
+    pytest.param(["Running", "Pending"], True, "Running", id="running"),
+    pytest.param(["Succeeded", "Succeeded"], True, "Succeeded", id="all-succeeded"),
+    pytest.param(["Succeeded", "Succeeded"], False, "Running", id="succeeded-but-one-missing"),
+    pytest.param(["Succeeded", "Running"], True, "Running", id="aggregator-still-running"),
+    pytest.param(["Failed", "Running"], True, "Failed", id="one-failed"),
+])
+def test_fl_phase(phases, all_present, expected):
+    assert fl_phase([pod(p) for p in phases], all_present=all_present) == expected
+
+
+def test_fl_status_running_then_complete():
+    job = {"metadata": {"generation": 2}, "status": {}}
+    st = fl_status(job, [pod("Running"), pod("Running")], all_present=True, converged_generation=2,
+                   problem=None, now=T0)
+    assert (st["phase"], st["active"], st["startTime"], st["observedGeneration"]) == ("Running", 2, T0, 2)
+    training = find_condition(st["conditions"], "Training")
+    assert training["status"] == "True" and training["lastTransitionTime"] == T0
+    job["status"] = st
+    st2 = fl_status(job, [pod("Succeeded"), pod("Succeeded")], all_present=True, converged_generation=2,
+                    problem=None, now=T1)
+    assert st2["phase"] == "Succeeded" and st2["completionTime"] == T1 and st2["startTime"] == T0
+    assert find_condition(st2["conditions"], "Complete")["status"] == "True"
+    assert find_condition(st2["conditions"], "Training")["status"] == "False"
+    assert [c["type"] for c in st2["conditions"]].count("Training") == 1
+
+
+def test_fl_status_keeps_round_message_reported_upstream():
+    cond = {"type": "Training", "status": "True", "reason": "DoTraining",
+            "message": "Round 3 reaches at 2026-01-01T00:01:00Z", "lastTransitionTime": T0}
+    job = {"metadata": {"generation": 1}, "status": {"conditions": [cond], "startTime": T0}}
+    st = fl_status(job, [pod("Running")], all_present=True, converged_generation=1, problem=None, now=T1)
+    assert st["conditions"] == [cond]
+
+
+def test_fl_status_unchanged_state_is_identical():
+    job = {"metadata": {"generation": 1}, "status": {}}
+    st = fl_status(job, [pod("Running")], all_present=True, converged_generation=1, problem=None, now=T0)
+    again = fl_status({**job, "status": st}, [pod("Running")], all_present=True, converged_generation=1,
+                      problem=None, now=T1)
+    assert again == st
+
+
+def test_fl_problem_sets_failed_condition_and_recovers():
+    job = {"metadata": {"generation": 1}, "status": {}}
+    st = fl_status(job, [], all_present=False, converged_generation=None,
+                   problem=("DatasetNotFound", 'dataset "d1" not found'), now=T0)
+    failed = find_condition(st["conditions"], "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "DatasetNotFound")
+    assert "observedGeneration" not in st and st["phase"] == "Pending"
+    st2 = fl_status({**job, "status": st}, [pod("Running")], all_present=True, converged_generation=1,
+                    problem=None, now=T1)
+    assert find_condition(st2["conditions"], "Failed")["status"] == "False"
+    assert find_condition(st2["conditions"], "Training")["status"] == "True"
+
+
+def dep(name, available, conditions=()):
+    return {"metadata": {"name": name}, "status": {"availableReplicas": available, "conditions": list(conditions)}}
+
+
+def test_ji_status_pending_running_failed():
+    ji = {"metadata": {"generation": 1}, "status": {"metrics": [{"key": "a", "value": "1"}]}}
+    st = ji_status(ji, [dep("c", 1), dep("e", 0)], expected=2, converged_generation=1, problem=None, now=T0)
+    assert (st["active"], st["failed"]) == (1, 0)
+    assert find_condition(st["conditions"], "Pending")["status"] == "True"
+    assert st["metrics"] == [{"key": "a", "value": "1"}]
+    st = ji_status({**ji, "status": st}, [dep("c", 1), dep("e", 1)], expected=2, converged_generation=1,
+                   problem=None, now=T1)
+    running = find_condition(st["conditions"], "Running")
+    assert running["status"] == "True" and running["lastTransitionTime"] == T1
+    assert find_condition(st["conditions"], "Pending")["status"] == "False"
+    stuck = {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
+             "message": "ReplicaSet has timed out progressing."}
+    st = ji_status({**ji, "status": st}, [dep("c", 1), dep("e", 0, [stuck])], expected=2,
+                   converged_generation=1, problem=None, now=T1)
+    failed = find_condition(st["conditions"], "Failed")
+    assert failed["status"] == "True" and "deployment e" in failed["message"]
+    assert st["failed"] == 1
+    assert sorted(c["type"] for c in st["conditions"]) == ["Failed", "Pending", "Running"]
