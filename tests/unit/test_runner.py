@@ -1,0 +1,79 @@
+import asyncio
+
+from gm.controllers.runner import ControllerRunner, PermanentError, ReconcileMetrics, Requeue, TemporaryError
+from gm.kube.ratelimit import ItemExponentialFailureRateLimiter
+from gm.kube.workqueue import WorkQueue
+from shared.metrics import Registry
+
+
+async def _synced():
+    return None
+
+
+async def run_until(runner, predicate, timeout=2.0):
+    task = asyncio.create_task(runner.run(_synced))
+    try:
+        async with asyncio.timeout(timeout):
+            while not predicate():
+                await asyncio.sleep(0.005)
+    finally:
+        runner.queue.shut_down()
+        await task
+
+
+async def test_outcomes_are_counted_and_retried():
+    calls: dict[str, int] = {}
+
+    async def reconcile(key):
+        calls[key] = calls.get(key, 0) + 1
+        if key == "ns/flaky" and calls[key] < 3:
+            raise TemporaryError("api said 500")
+        if key == "ns/bad":
+            raise PermanentError("invalid spec")
+        if key == "ns/crash":
+            raise RuntimeError("bug")
+        if key == "ns/wait" and calls[key] == 1:
+            return Requeue(0.01)
+        return None
+
+    reg = Registry()
+    queue = WorkQueue("t", rate_limiter=ItemExponentialFailureRateLimiter(0.001, 0.01))
+    runner = ControllerRunner("t", queue, reconcile, workers=2, metrics=ReconcileMetrics(reg))
+    for key in ("ns/ok", "ns/flaky", "ns/bad", "ns/crash", "ns/wait"):
+        queue.add(key)
+    m = runner._metrics.total
+    await run_until(runner, lambda: calls.get("ns/flaky") == 3 and calls.get("ns/wait") == 2
+                    and calls.get("ns/crash", 0) >= 2)
+    assert calls["ns/ok"] == 1 and calls["ns/bad"] == 1
+    assert m.value("t", "permanent") == 1
+    assert m.value("t", "requeue") == 1
+    assert m.value("t", "error") >= 3
+    assert m.value("t", "success") >= 3
+
+
+async def test_a_key_is_never_reconciled_concurrently():
+    running: set[str] = set()
+    overlaps = []
+    count = 0
+
+    async def reconcile(key):
+        nonlocal count
+        if key in running:
+            overlaps.append(key)
+        running.add(key)
+        await asyncio.sleep(0.005)
+        running.discard(key)
+        count += 1
+
+    queue = WorkQueue("t")
+    runner = ControllerRunner("t", queue, reconcile, workers=4, metrics=ReconcileMetrics(Registry()))
+    task = asyncio.create_task(runner.run(_synced))
+    for _ in range(20):
+        queue.add("ns/a")
+        await asyncio.sleep(0.002)
+    async with asyncio.timeout(2):
+        while len(queue) or count < 2:
+            await asyncio.sleep(0.005)
+    queue.shut_down()
+    await task
+    assert overlaps == []
