@@ -120,7 +120,7 @@ def _fill(prefix: str, base: Any, data: dict[str, Any]) -> Any:
 def _validate(cfg: GMConfig) -> None:
     if cfg.kubeConfig and not os.path.isfile(cfg.kubeConfig):
         raise ConfigError(f"kubeConfig: file {cfg.kubeConfig!r} does not exist")
-    if not 0 < cfg.websocket.port < 65536:
+    if not 0 <= cfg.websocket.port < 65536:  # 0 = any free port (tests, dev runs)
         raise ConfigError(f"websocket.port: {cfg.websocket.port} is not a valid port")
     if cfg.workers < 1:
         raise ConfigError("workers: must be at least 1")

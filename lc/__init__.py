@@ -1,0 +1,1 @@
+"""The LocalController: worker API, durable state and managers of one edge node."""

@@ -1,0 +1,120 @@
+"""`sedna-devcluster`: run the dev cluster until SIGINT/SIGTERM, then stop in order."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from devcluster.controllers.nodes import DEFAULT_NODES
+from devcluster.runtime import ImageMapError
+
+
+class UsageError(ValueError):
+    """A command-line value that cannot be used; reported without a traceback."""
+
+
+def parse_error_rate(text: str) -> tuple[str, str, float]:
+    """`VERB:RESOURCE=RATE` (e.g. `create:pods=0.1`, `*:*=0.05`) -> (verb, resource, rate)."""
+    try:
+        target, rate_text = text.split("=", 1)
+        verb, resource = target.split(":", 1)
+        rate = float(rate_text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected VERB:RESOURCE=RATE, got {text!r}") from None
+    if not 0.0 <= rate <= 1.0:
+        raise argparse.ArgumentTypeError(f"rate must be between 0 and 1, got {rate}")
+    if not verb or not resource:
+        raise argparse.ArgumentTypeError(f"expected VERB:RESOURCE=RATE, got {text!r}")
+    from devcluster.faults import VERBS
+
+    if verb.lower() != "*" and verb.lower() not in VERBS:
+        raise argparse.ArgumentTypeError(f"verb must be one of {', '.join(VERBS)} or '*', got {verb!r}")
+    return verb.lower(), resource.lower(), rate
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sedna-devcluster", description="Single-process Kubernetes API emulator.")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=6443, help="0 picks a free port")
+    p.add_argument("--kubeconfig", help="write a kubeconfig for the cluster here")
+    p.add_argument("--nodes", default=",".join(DEFAULT_NODES), help="comma-separated node names")
+    p.add_argument("--process-runtime", action="store_true", help="run mapped images as local processes")
+    p.add_argument("--image-map", help="YAML/JSON file: image -> local command (implies --process-runtime)")
+    p.add_argument("--state", help="load state from FILE at start and save it there at stop")
+    p.add_argument("--start-delay", type=float, default=0.2, help="seconds a pod stays Pending")
+    p.add_argument("--termination-delay", type=float, default=0.1)
+    p.add_argument("--fault-error-rate", action="append", default=[], type=parse_error_rate,
+                   metavar="VERB:RESOURCE=RATE", help="fail this share of requests with 500 (repeatable)")
+    p.add_argument("--fault-latency-ms", type=float, default=0.0, help="added latency per request")
+    p.add_argument("--fault-watch-drop-seconds", type=float, default=0.0,
+                   help="close every watch after this many seconds (0: never)")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return p
+
+
+def node_list(text: str) -> list[str]:
+    nodes = [n.strip() for n in text.split(",") if n.strip()]
+    if not nodes:
+        raise UsageError("--nodes needs at least one node name")
+    return nodes
+
+
+def build_faults(args: argparse.Namespace) -> Any:
+    """Fault settings from the flags, or None when no fault is asked for."""
+    if not (args.fault_error_rate or args.fault_latency_ms or args.fault_watch_drop_seconds):
+        return None
+    from devcluster.faults import ErrorRule, Faults
+
+    return Faults(
+        errors=[ErrorRule(rate=rate, verb=verb, resource=res) for verb, res, rate in args.fault_error_rate],
+        latency=args.fault_latency_ms / 1000.0,
+        watch_drop_after=args.fault_watch_drop_seconds or None,
+    )
+
+
+async def serve(args: argparse.Namespace) -> None:
+    from devcluster.cluster import DevCluster
+
+    dc = DevCluster(
+        nodes=node_list(args.nodes), process_runtime=bool(args.process_runtime or args.image_map),
+        image_map=args.image_map, state_file=args.state, faults=build_faults(args),
+        start_delay=args.start_delay, termination_delay=args.termination_delay,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await dc.start(args.host, args.port)
+    try:
+        if args.kubeconfig:
+            dc.write_kubeconfig(args.kubeconfig)
+        print(f"devcluster serving {dc.url}" + (f" (kubeconfig {args.kubeconfig})" if args.kubeconfig else ""),
+              flush=True)
+        await stop.wait()
+    finally:
+        await dc.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    try:
+        asyncio.run(serve(args))
+    except (UsageError, ImageMapError, ValueError, OSError) as err:
+        print(f"sedna-devcluster: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""`DevCluster`: one store, the HTTP server and the controllers, started and stopped in order.
+
+Start: load the state file (if any), start the controllers (nodes first, so pods find
+them), then serve. Stop: stop the controllers, kill local processes, close the server,
+save the state. Everything else (CLI, `make run`, test fixtures) builds on this class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from devcluster.controllers.base import Controller
+from devcluster.controllers.deployment import DeploymentController
+from devcluster.controllers.gc import GarbageCollector
+from devcluster.controllers.kubelet import Kubelet
+from devcluster.controllers.nodes import DEFAULT_NODES, NodeController
+from devcluster.controllers.replicaset import ReplicaSetController
+from devcluster.controllers.scheduler import Scheduler
+from devcluster.faults import Faults
+from devcluster.runtime import ImageEntry, ProcessRuntime, load_image_map, parse_image_map
+from devcluster.store import Store
+
+log = logging.getLogger("devcluster")
+
+
+class DevCluster:
+    """An in-process Kubernetes API emulator with its controllers."""
+
+    def __init__(
+        self, *, nodes: Iterable[str] = DEFAULT_NODES, process_runtime: bool = False,
+        image_map: str | os.PathLike[str] | dict[str, Any] | None = None,
+        state_file: str | os.PathLike[str] | None = None, faults: Any = None,
+        start_delay: float = 0.2, termination_delay: float = 0.1, resync: float = 5.0,
+        lease_interval: float = 10.0, restart_backoff: float = 0.5, store: Store | None = None,
+    ):
+        self.store = store or Store()
+        self.faults = faults if faults is not None else Faults()  # tests switch faults on at run time
+        self.state_file = Path(state_file) if state_file else None
+        if self.state_file is not None and self.state_file.exists():
+            self.store.load(self.state_file.read_bytes())
+        self.runtime: ProcessRuntime | None = None
+        if process_runtime:
+            self.runtime = ProcessRuntime(_image_map(image_map), backoff_base=restart_backoff)
+        self.controllers: dict[str, Controller] = {}
+        for ctl in (
+            NodeController(self.store, nodes=nodes, lease_interval=lease_interval),
+            GarbageCollector(self.store, resync=resync),
+            ReplicaSetController(self.store, resync=resync),
+            DeploymentController(self.store, resync=resync),
+            Scheduler(self.store, resync=resync),
+            Kubelet(self.store, start_delay=start_delay, termination_delay=termination_delay,
+                    runtime=self.runtime, resync=resync),
+        ):
+            self.controllers[ctl.name] = ctl
+        self._runner: web.AppRunner | None = None
+        self.host = ""
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def controller(self, name: str) -> Controller:
+        """A controller by name: node-lifecycle, garbage-collector, replicaset-controller,
+        deployment-controller, default-scheduler, kubelet."""
+        return self.controllers[name]
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> DevCluster:
+        """Start the controllers, then serve on host:port (0 picks a free port)."""
+        from devcluster.server import make_app  # the HTTP layer is only needed once serving
+
+        self.start_controllers()
+        app = make_app(self.store, faults=self.faults, log_source=self.pod_logs)
+        self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        self.host, self.port = self._runner.addresses[0][:2]
+        log.info("devcluster serving url=%s nodes=%s", self.url, ",".join(self._node_names()))
+        return self
+
+    def pod_logs(self, namespace: str, name: str, container: str | None, tail: int | None) -> str | None:
+        """Log text of a pod for `kubectl logs`: process output, or empty for simulated pods."""
+        pod = self.store.get(self.store.registry.lookup(group="", version="v1", resource="pods"), namespace, name)
+        containers = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+        if container and container not in containers:
+            return None
+        raw = self.runtime.logs(namespace, name) if self.runtime is not None else None
+        text = raw.decode("utf-8", "replace") if raw else ""
+        if tail is not None:
+            text = "".join(text.splitlines(keepends=True)[-tail:]) if tail > 0 else ""
+        return text
+
+    def start_controllers(self) -> None:
+        """Start the controllers only (tests that drive the store directly use this)."""
+        for ctl in self.controllers.values():
+            if ctl._task is None:
+                ctl.start()
+
+    def _node_names(self) -> list[str]:
+        ctl = self.controllers["node-lifecycle"]
+        assert isinstance(ctl, NodeController)
+        return ctl.nodes
+
+    async def stop(self) -> None:
+        """Ordered shutdown: controllers, processes, server, state file."""
+        for ctl in reversed(list(self.controllers.values())):
+            await ctl.stop()
+        if self.runtime is not None:
+            await self.runtime.close()
+        if self._runner is not None:
+            await asyncio.wait_for(self._runner.cleanup(), 10)
+            self._runner = None
+        self.save_state()
+
+    def save_state(self) -> None:
+        """Write the store to the state file atomically (no-op without one)."""
+        if self.state_file is None:
+            return
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(self.state_file.suffix + ".tmp")
+        tmp.write_bytes(self.store.dump())
+        tmp.replace(self.state_file)
+
+    def kubeconfig(self) -> dict[str, Any]:
+        """A kubeconfig for this cluster: plain HTTP, empty user, context `devcluster`."""
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "devcluster", "cluster": {"server": self.url}}],
+            "users": [{"name": "devcluster", "user": {}}],
+            "contexts": [{"name": "devcluster",
+                          "context": {"cluster": "devcluster", "user": "devcluster", "namespace": "default"}}],
+            "current-context": "devcluster",
+            "preferences": {},
+        }
+
+    def write_kubeconfig(self, path: str | os.PathLike[str]) -> Path:
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(yaml.safe_dump(self.kubeconfig(), sort_keys=False))
+        return p
+
+    async def __aenter__(self) -> DevCluster:
+        if self._runner is None:
+            await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+def _image_map(value: str | os.PathLike[str] | dict[str, Any] | None) -> dict[str, ImageEntry]:
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        if all(isinstance(v, ImageEntry) for v in value.values()):
+            return dict(value)
+        return parse_image_map(value)
+    return load_image_map(value)

@@ -1,0 +1,246 @@
+"""ReplicaSet controller (spec §7.3): keep `spec.replicas` active pods, write status.
+
+The store is read directly (no informer lag), so no creation "expectations" are needed:
+a pod created in one sync is visible to the next.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Hashable, Iterable
+from typing import Any
+
+from devcluster.controllers.base import Controller
+from devcluster.controllers.meta import (
+    controller_ref,
+    find_condition,
+    get_controller_of,
+    is_deleting,
+    labels_of,
+    seconds_since,
+)
+from devcluster.controllers.ranking import pods_to_delete
+from devcluster.errors import ApiError
+from devcluster.selectors import label_selector_from_object
+
+log = logging.getLogger("devcluster.replicaset")
+
+COMPONENT = "replicaset-controller"
+MAX_BURST = 500
+
+
+def is_active(pod: dict[str, Any]) -> bool:
+    """Counts toward replicas: not terminating and not finished."""
+    return not is_deleting(pod) and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def is_ready(pod: dict[str, Any]) -> bool:
+    cond = find_condition(pod.get("status", {}).get("conditions"), "Ready")
+    return bool(cond and cond.get("status") == "True")
+
+
+def available_after(pod: dict[str, Any], min_ready_seconds: int) -> float | None:
+    """0 if the pod is available now, seconds until it will be, or None if not ready."""
+    if not is_ready(pod):
+        return None
+    if min_ready_seconds <= 0:
+        return 0.0
+    cond = find_condition(pod["status"]["conditions"], "Ready") or {}
+    elapsed = seconds_since(cond.get("lastTransitionTime"))
+    if elapsed is None:
+        return 0.0
+    return max(0.0, min_ready_seconds - elapsed)
+
+
+def build_pod(rs: dict[str, Any]) -> dict[str, Any]:
+    """A pod for `rs`, from its template, owned by it."""
+    tmpl = rs["spec"].get("template") or {}
+    tmeta = tmpl.get("metadata") or {}
+    meta: dict[str, Any] = {
+        "generateName": rs["metadata"]["name"] + "-",
+        "namespace": rs["metadata"]["namespace"],
+        "ownerReferences": [controller_ref(rs)],
+    }
+    for field in ("labels", "annotations", "finalizers"):
+        if tmeta.get(field):
+            meta[field] = copy.deepcopy(tmeta[field])
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": copy.deepcopy(tmpl.get("spec") or {})}
+
+
+def compute_status(rs: dict[str, Any], active: list[dict[str, Any]]) -> tuple[dict[str, Any], float | None]:
+    """RS status from its active pods, and when availability will next change."""
+    tmpl_labels = ((rs["spec"].get("template") or {}).get("metadata") or {}).get("labels") or {}
+    min_ready = int(rs["spec"].get("minReadySeconds") or 0)
+    ready = available = 0
+    wake: float | None = None
+    for pod in active:
+        after = available_after(pod, min_ready)
+        if after is None:
+            continue
+        ready += 1
+        if after == 0:
+            available += 1
+        else:
+            wake = after if wake is None else min(wake, after)
+    status = dict(rs.get("status") or {})
+    status.update(
+        replicas=len(active),
+        fullyLabeledReplicas=sum(1 for p in active if tmpl_labels.items() <= labels_of(p).items()),
+        readyReplicas=ready,
+        availableReplicas=available,
+        observedGeneration=rs["metadata"].get("generation", 1),
+    )
+    return status, wake
+
+
+class ReplicaSetController(Controller):
+    """Creates and deletes pods so each ReplicaSet has `spec.replicas` active ones."""
+
+    name = "replicaset-controller"
+
+    def __init__(self, store: Any, *, resync: float = 5.0):
+        super().__init__(store, resync=resync)
+        reg = store.registry
+        self.rs_rt = reg.lookup(group="apps", version="v1", resource="replicasets")
+        self.pod_rt = reg.lookup(group="", version="v1", resource="pods")
+
+    def keys_for(self, event: Any) -> Iterable[Hashable]:
+        rt = event.rt
+        if rt.key == self.rs_rt.key:
+            return [(event.obj["metadata"]["namespace"], event.obj["metadata"]["name"])]
+        if rt.key != self.pod_rt.key:
+            return ()
+        keys = set()
+        for obj in (event.obj, event.old):
+            if obj is None:
+                continue
+            ref = get_controller_of(obj)
+            ns = obj["metadata"].get("namespace")
+            if ref is not None:
+                if ref.get("kind") == "ReplicaSet":
+                    keys.add((ns, ref["name"]))
+            elif event.type != "DELETED":
+                keys.update(self._orphan_candidates(obj))
+        return keys
+
+    def _orphan_candidates(self, pod: dict[str, Any]) -> Iterable[Hashable]:
+        ns = pod["metadata"].get("namespace")
+        items, _ = self.store.list(self.rs_rt, ns)
+        for rs in items:
+            sel = rs["spec"].get("selector")
+            if sel and label_selector_from_object(sel).matches(labels_of(pod)):
+                yield (ns, rs["metadata"]["name"])
+
+    def resync_keys(self) -> Iterable[Hashable]:
+        items, _ = self.store.list(self.rs_rt, None)
+        return [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in items]
+
+    async def sync(self, key: Hashable) -> float | None:
+        ns, name = key  # type: ignore[misc]
+        try:
+            rs = self.store.get(self.rs_rt, ns, name)
+        except ApiError as err:
+            if err.code == 404:
+                return None
+            raise
+        if is_deleting(rs):
+            return None
+        owned = self._claim_pods(rs)
+        active = [p for p in owned if is_active(p)]
+        self._manage_replicas(rs, active)
+        active = [p for p in self._owned_pods(rs) if is_active(p)]
+        return self._write_status(rs, active)
+
+    def _owned_pods(self, rs: dict[str, Any]) -> list[dict[str, Any]]:
+        items, _ = self.store.list(self.pod_rt, rs["metadata"]["namespace"])
+        uid = rs["metadata"]["uid"]
+        return [p for p in items if (get_controller_of(p) or {}).get("uid") == uid]
+
+    def _claim_pods(self, rs: dict[str, Any]) -> list[dict[str, Any]]:
+        """Adopt matching orphans, release owned pods that stopped matching."""
+        selector = label_selector_from_object(rs["spec"].get("selector") or {})
+        uid = rs["metadata"]["uid"]
+        items, _ = self.store.list(self.pod_rt, rs["metadata"]["namespace"])
+        owned = []
+        for pod in items:
+            ref = get_controller_of(pod)
+            matches = selector.matches(labels_of(pod))
+            if ref is not None and ref.get("uid") == uid:
+                if matches:
+                    owned.append(pod)
+                elif not is_deleting(pod):
+                    self._set_ref(pod, rs, adopt=False)
+            elif ref is None and matches and not is_deleting(pod):
+                adopted = self._set_ref(pod, rs, adopt=True)
+                if adopted is not None:
+                    owned.append(adopted)
+        return owned
+
+    def _set_ref(self, pod: dict[str, Any], rs: dict[str, Any], *, adopt: bool) -> dict[str, Any] | None:
+        uid = rs["metadata"]["uid"]
+
+        def edit(obj: dict[str, Any]) -> None:
+            refs = [r for r in obj["metadata"].get("ownerReferences") or [] if r.get("uid") != uid]
+            if adopt:
+                if get_controller_of(obj) is not None:
+                    return
+                refs.append(controller_ref(rs))
+            if refs:
+                obj["metadata"]["ownerReferences"] = refs
+            else:
+                obj["metadata"].pop("ownerReferences", None)
+
+        try:
+            return self.store.mutate(self.pod_rt, pod["metadata"]["namespace"], pod["metadata"]["name"], edit)
+        except ApiError as err:
+            if err.code == 404:
+                return None
+            raise
+
+    def _manage_replicas(self, rs: dict[str, Any], active: list[dict[str, Any]]) -> None:
+        want = int(rs["spec"].get("replicas", 1))
+        diff = len(active) - want
+        if diff < 0:
+            self._create_pods(rs, min(-diff, MAX_BURST))
+        elif diff > 0:
+            for pod in pods_to_delete(active, min(diff, MAX_BURST)):
+                self._delete_pod(rs, pod)
+
+    def _create_pods(self, rs: dict[str, Any], count: int) -> None:
+        ns = rs["metadata"]["namespace"]
+        for _ in range(count):
+            try:
+                pod = self.store.create(self.pod_rt, ns, build_pod(rs))
+            except ApiError as err:
+                self.store.record_event(
+                    rs, reason="FailedCreate", message=f"Error creating: {err.message}",
+                    type="Warning", component=COMPONENT,
+                )
+                raise
+            self.store.record_event(
+                rs, reason="SuccessfulCreate", message=f"Created pod: {pod['metadata']['name']}",
+                component=COMPONENT,
+            )
+
+    def _delete_pod(self, rs: dict[str, Any], pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        try:
+            self.store.delete(self.pod_rt, meta["namespace"], meta["name"], preconditions={"uid": meta["uid"]})
+        except ApiError as err:
+            if err.code in (404, 409):
+                return
+            raise
+        self.store.record_event(
+            rs, reason="SuccessfulDelete", message=f"Deleted pod: {meta['name']}", component=COMPONENT
+        )
+
+    def _write_status(self, rs: dict[str, Any], active: list[dict[str, Any]]) -> float | None:
+        status, wake = compute_status(rs, active)
+        if status != rs.get("status"):
+            def edit(obj: dict[str, Any]) -> None:
+                obj["status"] = status
+
+            meta = rs["metadata"]
+            self.store.mutate(self.rs_rt, meta["namespace"], meta["name"], edit, subresource="status")
+        return wake

@@ -1,0 +1,123 @@
+"""Scheduler stand-in (spec §7.5): bind each unscheduled pod to a fitting Ready node.
+
+A pod fits a node when the node is Ready, not cordoned, and carries every
+`nodeSelector` label; among fitting nodes the one with the fewest pods wins (name breaks
+ties). When nothing fits the pod gets `PodScheduled=False/Unschedulable` and a
+`FailedScheduling` event, and is retried whenever a node changes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Hashable, Iterable
+from typing import Any
+
+from devcluster.controllers.base import Controller
+from devcluster.controllers.meta import find_condition, is_deleting, labels_of, set_condition
+from devcluster.controllers.nodes import node_is_ready
+from devcluster.errors import ApiError
+
+COMPONENT = "default-scheduler"
+
+
+def needs_scheduling(pod: dict[str, Any]) -> bool:
+    spec = pod.get("spec") or {}
+    return (
+        not spec.get("nodeName")
+        and spec.get("schedulerName", "default-scheduler") in ("", "default-scheduler")
+        and not is_deleting(pod)
+        and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
+    )
+
+
+def pick_node(pod: dict[str, Any], nodes: list[dict[str, Any]], load: Counter) -> tuple[str | None, str]:
+    """(node name, "") for a fit, or (None, the FailedScheduling message)."""
+    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+    not_ready = unschedulable = mismatch = 0
+    fits = []
+    for node in nodes:
+        if not node_is_ready(node):
+            not_ready += 1
+        elif (node.get("spec") or {}).get("unschedulable"):
+            unschedulable += 1
+        elif not selector.items() <= labels_of(node).items():
+            mismatch += 1
+        else:
+            fits.append(node["metadata"]["name"])
+    if fits:
+        return min(fits, key=lambda n: (load[n], n)), ""
+    reasons = []
+    if mismatch:
+        reasons.append(f"{mismatch} node(s) didn't match Pod's node affinity/selector")
+    if not_ready:
+        reasons.append(f"{not_ready} node(s) had untolerated taint {{node.kubernetes.io/not-ready: }}")
+    if unschedulable:
+        reasons.append(f"{unschedulable} node(s) were unschedulable")
+    detail = ", ".join(reasons) + "." if reasons else "no nodes available to schedule pods."
+    return None, f"0/{len(nodes)} nodes are available: {detail}"
+
+
+class Scheduler(Controller):
+    """Assigns `spec.nodeName` to pods that have none."""
+
+    name = "default-scheduler"
+
+    def __init__(self, store: Any, *, resync: float = 5.0):
+        super().__init__(store, resync=resync)
+        reg = store.registry
+        self.pod_rt = reg.lookup(group="", version="v1", resource="pods")
+        self.node_rt = reg.lookup(group="", version="v1", resource="nodes")
+
+    def keys_for(self, event: Any) -> Iterable[Hashable]:
+        if event.rt.key == self.node_rt.key:
+            return self.resync_keys()
+        if event.rt.key == self.pod_rt.key and event.type != "DELETED" and needs_scheduling(event.obj):
+            meta = event.obj["metadata"]
+            return [(meta["namespace"], meta["name"])]
+        return ()
+
+    def resync_keys(self) -> Iterable[Hashable]:
+        items, _ = self.store.list(self.pod_rt, None)
+        return [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in items if needs_scheduling(p)]
+
+    async def sync(self, key: Hashable) -> float | None:
+        ns, name = key  # type: ignore[misc]
+        try:
+            pod = self.store.get(self.pod_rt, ns, name)
+        except ApiError as err:
+            if err.code == 404:
+                return None
+            raise
+        if not needs_scheduling(pod):
+            return None
+        nodes, _ = self.store.list(self.node_rt, None)
+        pods, _ = self.store.list(self.pod_rt, None)
+        load = Counter(p["spec"].get("nodeName") for p in pods if p.get("spec", {}).get("nodeName"))
+        node, message = pick_node(pod, nodes, load)
+        if node is None:
+            self._unschedulable(pod, message)
+        else:
+            self._bind(pod, node)
+        return None
+
+    def _bind(self, pod: dict[str, Any], node: str) -> None:
+        meta = pod["metadata"]
+        self.store.bind(meta["namespace"], meta["name"], node, uid=meta["uid"])  # also PodScheduled=True
+        self.store.record_event(
+            pod, reason="Scheduled", message=f"Successfully assigned {meta['namespace']}/{meta['name']} to {node}",
+            component=COMPONENT,
+        )
+
+    def _unschedulable(self, pod: dict[str, Any], message: str) -> None:
+        cond = find_condition((pod.get("status") or {}).get("conditions"), "PodScheduled")
+        if cond and cond.get("status") == "False" and cond.get("message") == message:
+            return  # already reported; a node change will retry
+
+        def edit(obj: dict[str, Any]) -> None:
+            conds = obj.setdefault("status", {}).setdefault("conditions", [])
+            set_condition(conds, "PodScheduled", "False", reason="Unschedulable", message=message)
+
+        meta = pod["metadata"]
+        self.store.mutate(self.pod_rt, meta["namespace"], meta["name"], edit, subresource="status")
+        self.store.record_event(pod, reason="FailedScheduling", message=message, type="Warning",
+                                component=COMPONENT)

@@ -1,0 +1,184 @@
+"""Server-side defaulting of built-in kinds (what a real API server fills on every write).
+
+Pure functions that edit the body they are given in place (the store owns request
+bodies). Defaulting is idempotent, so a Deployment template and the ReplicaSet template
+made from it stay equal after both are written, which the Deployment controller relies on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def _d(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    """`obj[key]` as a dict, created when absent or not a dict."""
+    value = obj.get(key)
+    if not isinstance(value, dict):
+        value = obj[key] = {}
+    return value
+
+
+def image_pull_policy(image: str) -> str:
+    """Always for `:latest` or untagged images, IfNotPresent otherwise (digests count as tagged)."""
+    if "@" in image:
+        return "IfNotPresent"
+    last = image.rsplit("/", 1)[-1]
+    tag = last.rsplit(":", 1)[1] if ":" in last else ""
+    return "Always" if tag in ("", "latest") else "IfNotPresent"
+
+
+def default_container(c: dict[str, Any]) -> None:
+    if not isinstance(c, dict):
+        return
+    c.setdefault("terminationMessagePath", "/dev/termination-log")
+    c.setdefault("terminationMessagePolicy", "File")
+    if isinstance(c.get("image"), str):
+        c.setdefault("imagePullPolicy", image_pull_policy(c["image"]))
+    c.setdefault("resources", {})
+    for port in c.get("ports") or []:
+        if isinstance(port, dict):
+            port.setdefault("protocol", "TCP")
+    for env in c.get("env") or []:
+        ref = env.get("valueFrom", {}).get("fieldRef") if isinstance(env, dict) else None
+        if isinstance(ref, dict):
+            ref.setdefault("apiVersion", "v1")
+
+
+def default_pod_spec(spec: dict[str, Any]) -> None:
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("securityContext", {})
+    spec.setdefault("enableServiceLinks", True)
+    for key in ("initContainers", "containers"):
+        for c in spec.get(key) or []:
+            default_container(c)
+
+
+def default_pod(obj: dict[str, Any]) -> None:
+    default_pod_spec(_d(obj, "spec"))
+
+
+def default_template(spec: dict[str, Any]) -> None:
+    tmpl = spec.get("template")
+    if isinstance(tmpl, dict):
+        _d(tmpl, "metadata")
+        default_pod_spec(_d(tmpl, "spec"))
+
+
+def default_deployment(obj: dict[str, Any]) -> None:
+    spec = _d(obj, "spec")
+    spec.setdefault("replicas", 1)
+    strategy = _d(spec, "strategy")
+    strategy.setdefault("type", "RollingUpdate")
+    if strategy["type"] == "RollingUpdate":
+        ru = _d(strategy, "rollingUpdate")
+        ru.setdefault("maxSurge", "25%")
+        ru.setdefault("maxUnavailable", "25%")
+    spec.setdefault("revisionHistoryLimit", 10)
+    spec.setdefault("progressDeadlineSeconds", 600)
+    default_template(spec)
+
+
+def default_replicaset(obj: dict[str, Any]) -> None:
+    spec = _d(obj, "spec")
+    spec.setdefault("replicas", 1)
+    default_template(spec)
+
+
+def default_service(obj: dict[str, Any]) -> None:
+    spec = _d(obj, "spec")
+    spec.setdefault("type", "ClusterIP")
+    spec.setdefault("sessionAffinity", "None")
+    if spec["type"] != "ExternalName":
+        spec.setdefault("internalTrafficPolicy", "Cluster")
+    if spec["type"] in ("NodePort", "LoadBalancer"):
+        spec.setdefault("externalTrafficPolicy", "Cluster")
+    for port in spec.get("ports") or []:
+        if isinstance(port, dict):
+            port.setdefault("protocol", "TCP")
+            if "port" in port:
+                port.setdefault("targetPort", port["port"])
+
+
+def default_namespace(obj: dict[str, Any]) -> None:
+    _d(obj, "spec").setdefault("finalizers", ["kubernetes"])
+
+
+def default_secret(obj: dict[str, Any]) -> None:
+    obj.setdefault("type", "Opaque")
+
+
+def default_hpa(obj: dict[str, Any]) -> None:
+    _d(obj, "spec").setdefault("minReplicas", 1)
+
+
+def default_lease(obj: dict[str, Any]) -> None:
+    _d(obj, "spec")
+
+
+def default_event(obj: dict[str, Any]) -> None:
+    _d(obj, "involvedObject")
+    obj.setdefault("reportingComponent", "")
+    obj.setdefault("reportingInstance", "")
+
+
+DEFAULTERS: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {
+    ("", "pods"): default_pod,
+    ("", "services"): default_service,
+    ("", "namespaces"): default_namespace,
+    ("", "secrets"): default_secret,
+    ("", "events"): default_event,
+    ("apps", "deployments"): default_deployment,
+    ("apps", "replicasets"): default_replicaset,
+    ("autoscaling", "horizontalpodautoscalers"): default_hpa,
+    ("coordination.k8s.io", "leases"): default_lease,
+}
+
+
+def apply_builtin_defaults(key: tuple[str, str], obj: dict[str, Any]) -> None:
+    fn = DEFAULTERS.get(key)
+    if fn is not None:
+        fn(obj)
+
+
+# -- create-time status ----------------------------------------------------------------------
+
+_QOS_RESOURCES = ("cpu", "memory")
+
+
+def qos_class(spec: dict[str, Any]) -> str:
+    """Guaranteed / Burstable / BestEffort from the containers' requests and limits."""
+    containers = [c for c in (spec.get("containers") or []) + (spec.get("initContainers") or [])
+                  if isinstance(c, dict)]
+    any_set = False
+    guaranteed = True
+    for c in containers:
+        res = c.get("resources") or {}
+        limits = res.get("limits") or {}
+        requests = {**limits, **(res.get("requests") or {})}
+        if any(requests.get(r) or limits.get(r) for r in _QOS_RESOURCES):
+            any_set = True
+        for r in _QOS_RESOURCES:
+            if not limits.get(r) or str(requests.get(r)) != str(limits.get(r)):
+                guaranteed = False
+    if not any_set:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def initial_status(key: tuple[str, str], obj: dict[str, Any], body_status: Any) -> Any:
+    """The status a built-in object starts with (spec §4.3); None means no status key."""
+    if key == ("", "pods"):
+        return {"phase": "Pending", "qosClass": qos_class(obj.get("spec") or {})}
+    if key in (("apps", "deployments"), ("apps", "replicasets"), ("autoscaling", "horizontalpodautoscalers")):
+        return {}
+    if key == ("", "services"):
+        return {"loadBalancer": {}}
+    if key == ("", "namespaces"):
+        return {"phase": "Active"}
+    if key == ("apiextensions.k8s.io", "customresourcedefinitions"):
+        return None  # computed by the CRD registration
+    return body_status  # nodes and kinds without a status subresource keep what was sent

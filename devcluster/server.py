@@ -1,0 +1,551 @@
+"""The aiohttp application: URL routing, discovery, OpenAPI, content negotiation and watch streams.
+
+A thin layer over the Store: it parses the URL and query, calls one store verb, and
+encodes the answer (stored objects through the store's encoding cache). Every failure
+is an ApiError rendered as a Status; nothing a client sends can crash the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import yaml
+from aiohttp import web
+
+from devcluster import discovery, tables
+from devcluster.errors import (
+    ApiError,
+    bad_request,
+    internal,
+    method_not_allowed,
+    not_found,
+    path_not_found,
+    too_old,
+)
+from devcluster.faults import FaultConfigError, Faults
+from devcluster.httputil import (
+    check_acceptable,
+    content_type,
+    error_response,
+    json_response,
+    parse_accept,
+    parse_bool,
+    parse_int,
+    wants_aggregated,
+    wants_table,
+)
+from devcluster.registry import ResourceType
+from devcluster.store import Store
+from devcluster.watch import WatchEvent
+
+log = logging.getLogger(__name__)
+
+LogSource = Callable[[str, str, str | None, int | None], "str | None | Awaitable[str | None]"]
+STORE_KEY: web.AppKey[Store] = web.AppKey("store", Store)
+FAULTS_KEY: web.AppKey[Faults] = web.AppKey("faults", Faults)
+MAX_BODY = 3 * 1024 * 1024
+PATCH_TYPES = {
+    "application/merge-patch+json": "merge",
+    "application/json-patch+json": "json",
+    "application/strategic-merge-patch+json": "strategic",
+    "application/apply-patch+yaml": "apply",
+    "application/apply-patch+json": "apply",
+}
+_UNSUPPORTED_PATCH = ("the body of the request was in an unknown format - accepted media types include: "
+                      "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, "
+                      "application/strategic-merge-patch+json")
+_SUBRESOURCES_BY_NAMESPACE = ("status", "finalize")
+
+
+@dataclass(slots=True)
+class Target:
+    """What an API URL addresses."""
+
+    rt: ResourceType
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+
+
+def make_app(store: Store, *, faults: Faults | None = None, log_source: LogSource | None = None) -> web.Application:
+    """The API server application for `store`; `faults` defaults to a disabled Faults()."""
+    app = web.Application(client_max_size=MAX_BODY)
+    api = _Api(store, faults or Faults(), log_source)
+    app[STORE_KEY] = store
+    app[FAULTS_KEY] = api.faults
+    app.router.add_route("*", "/{tail:.*}", api.handle)
+    app.on_shutdown.append(api.close_streams)
+    return app
+
+
+class _Api:
+    def __init__(self, store: Store, faults: Faults, log_source: LogSource | None) -> None:
+        self.store = store
+        self.faults = faults
+        self.log_source = log_source
+        self._cache: dict[str, tuple[int, bytes]] = {}  # discovery/OpenAPI bodies per registry generation
+        self._streams: set[Any] = set()  # open watches, ended on shutdown so handlers finish at once
+
+    async def close_streams(self, _app: web.Application) -> None:
+        for w in list(self._streams):
+            w.close()
+
+    # -- entry ---------------------------------------------------------------------------------
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        try:
+            return await self._route(request)
+        except ApiError as err:
+            return error_response(err)
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        except Exception as err:  # a bug must answer 500, never take the server down
+            log.exception("request failed method=%s path=%s", request.method, request.path)
+            return error_response(internal(f"{type(err).__name__}: {err}"))
+
+    async def _route(self, request: web.Request) -> web.StreamResponse:
+        path = request.path.rstrip("/") or "/"
+        if path == "/version":
+            return json_response(discovery.VERSION_INFO)
+        if path in ("/healthz", "/readyz", "/livez"):
+            return web.Response(text="ok", content_type="text/plain")
+        if path.startswith("/devcluster/"):
+            return await self._admin(request, path)
+        if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
+            return self._openapi(path)
+        segs = path.strip("/").split("/")
+        if segs[0] == "api":
+            return await self._core(request, segs[1:])
+        if segs[0] == "apis":
+            return await self._groups(request, segs[1:])
+        raise path_not_found()
+
+    # -- discovery -----------------------------------------------------------------------------
+
+    def _cached(self, key: str, build: Callable[[], Any]) -> bytes:
+        gen = self.store.registry.generation
+        hit = self._cache.get(key)
+        if hit is None or hit[0] != gen:
+            hit = (gen, orjson.dumps(build()))
+            self._cache[key] = hit
+        return hit[1]
+
+    def _discovery(self, request: web.Request, core: bool) -> web.Response:
+        reg = self.store.registry
+        if wants_aggregated(parse_accept(request.headers.get("Accept"))):
+            body = self._cached(f"agg:{core}", lambda: discovery.aggregated(reg, core=core))
+            return json_response(body, content_type=discovery.AGGREGATED_CONTENT_TYPE)
+        if core:
+            return json_response(discovery.legacy_versions(request.host or "127.0.0.1"))
+        return json_response(self._cached("groups", lambda: discovery.legacy_groups(reg)))
+
+    async def _core(self, request: web.Request, segs: list[str]) -> web.StreamResponse:
+        if not segs:
+            return self._discovery(request, core=True)
+        if segs[0] not in self.store.registry.versions(""):
+            raise path_not_found()
+        return await self._resource(request, "", segs[0], segs[1:])
+
+    async def _groups(self, request: web.Request, segs: list[str]) -> web.StreamResponse:
+        reg = self.store.registry
+        if not segs:
+            return self._discovery(request, core=False)
+        group = segs[0]
+        if not group or group not in reg.groups():
+            raise path_not_found()
+        if len(segs) == 1:
+            return json_response(discovery.api_group(reg, group))
+        if segs[1] not in reg.versions(group):
+            raise path_not_found()
+        return await self._resource(request, group, segs[1], segs[2:])
+
+    def _openapi(self, path: str) -> web.Response:
+        reg = self.store.registry
+        if path == "/openapi/v3":
+            return json_response(self._cached("openapi", lambda: discovery.openapi_index(reg)))
+        rest = path[len("/openapi/v3/"):].split("/")
+        if rest[0] == "api" and len(rest) == 2:
+            group, version = "", rest[1]
+        elif rest[0] == "apis" and len(rest) == 3:
+            group, version = rest[1], rest[2]
+        else:
+            raise path_not_found()
+        doc = self._cached(f"openapi:{group}/{version}", lambda: discovery.openapi_gv(reg, group, version))
+        if doc == b"null":
+            raise path_not_found()
+        return json_response(doc)
+
+    # -- admin ---------------------------------------------------------------------------------
+
+    async def _admin(self, request: web.Request, path: str) -> web.Response:
+        if path == "/devcluster/faults":
+            if request.method == "GET":
+                return json_response(self.faults.snapshot())
+            if request.method != "POST":
+                raise method_not_allowed()
+            try:
+                self.faults.configure(await _json_body(request))
+            except FaultConfigError as err:
+                raise bad_request(str(err)) from None
+            return json_response(self.faults.snapshot())
+        if path == "/devcluster/compact":
+            if request.method != "POST":
+                raise method_not_allowed()
+            body = await _json_body(request, allow_empty=True) or {}
+            rv = body.get("resourceVersion") if isinstance(body, dict) else None
+            self.store.compact(None if rv is None else parse_int("resourceVersion", str(rv)))
+            return json_response({"compacted": self.store.compacted, "resourceVersion": str(self.store.rv)})
+        raise path_not_found()
+
+    # -- resources -----------------------------------------------------------------------------
+
+    def _target(self, group: str, version: str, segs: list[str]) -> Target:
+        ns = None
+        if len(segs) >= 3 and segs[0] == "namespaces" and segs[2] not in _SUBRESOURCES_BY_NAMESPACE:
+            ns, segs = segs[1], segs[2:]
+        if not segs or len(segs) > 3 or not all(segs):
+            raise path_not_found()
+        rt = self.store.registry.lookup(group=group, version=version, resource=segs[0])
+        if ns is not None and not rt.namespaced:
+            raise path_not_found()
+        name = segs[1] if len(segs) > 1 else None
+        if name is not None and rt.namespaced and ns is None:
+            raise path_not_found()
+        return Target(rt, ns, name, segs[2] if len(segs) > 2 else None)
+
+    async def _resource(self, request: web.Request, group: str, version: str, segs: list[str]) -> web.StreamResponse:
+        if not segs:
+            return json_response(self._cached(f"res:{group}/{version}",
+                                              lambda: discovery.resource_list(self.store.registry, group, version)))
+        t = self._target(group, version, segs)
+        accept = parse_accept(request.headers.get("Accept"))
+        if t.subresource != "log":
+            check_acceptable(accept)
+        q = request.query
+        verb = _verb(request.method, t, q)
+        await self._inject(verb, t.rt.resource)
+        if t.name is None:
+            return await self._collection(request, verb, t, accept)
+        return await self._object(request, verb, t, accept)
+
+    async def _inject(self, verb: str, resource: str) -> None:
+        if not self.faults.active:
+            return
+        if self.faults.latency:
+            await asyncio.sleep(self.faults.latency)
+        err = self.faults.error_for(verb, resource)
+        if err is not None:
+            raise err
+
+    async def _collection(self, request: web.Request, verb: str, t: Target, accept: list) -> web.StreamResponse:
+        q = request.query
+        if verb == "watch":
+            return await self._watch(request, t, accept)
+        if verb == "list":
+            return self._list(t, q, accept)
+        if verb == "create":
+            obj = self.store.create(t.rt, t.namespace, await _json_body(request), dry_run=_dry_run(q))
+            return json_response(self.store.encode(obj, t.rt), status=201)
+        if verb == "deletecollection":
+            opts = await _delete_options(request)
+            items = self.store.delete_collection(
+                t.rt, t.namespace, label_selector=q.get("labelSelector"), field_selector=q.get("fieldSelector"),
+                propagation=opts.propagation, grace_period=opts.grace, dry_run=opts.dry_run)
+            return json_response({"kind": t.rt.list_kind, "apiVersion": t.rt.api_version,
+                                  "metadata": {"resourceVersion": str(self.store.rv)}, "items": items})
+        raise method_not_allowed()
+
+    def _list(self, t: Target, q: Any, accept: list) -> web.Response:
+        page = self.store.list_page(
+            t.rt, t.namespace, label_selector=q.get("labelSelector"), field_selector=q.get("fieldSelector"),
+            limit=parse_int("limit", q.get("limit")), continue_token=q.get("continue"),
+            resource_version=q.get("resourceVersion"), resource_version_match=q.get("resourceVersionMatch"))
+        meta: dict[str, Any] = {"resourceVersion": str(page.rv)}
+        if page.continue_token:
+            meta["continue"] = page.continue_token
+            meta["remainingItemCount"] = page.remaining
+        if wants_table(accept):
+            table = tables.to_table(t.rt, page.items, resource_version=str(page.rv), now=time.time())
+            table["metadata"] = {**table.get("metadata", {}), **meta}
+            return json_response(table)
+        encode = self.store.encode
+        items = b",".join(encode(o, t.rt) for o in page.items)
+        head = orjson.dumps({"kind": t.rt.list_kind, "apiVersion": t.rt.api_version, "metadata": meta})
+        return json_response(head[:-1] + b',"items":[' + items + b"]}")
+
+    async def _object(self, request: web.Request, verb: str, t: Target, accept: list) -> web.StreamResponse:
+        q, rt, name = request.query, t.rt, t.name
+        assert name is not None
+        sub = t.subresource
+        if sub is not None and not _serves(rt, sub, request.method):
+            raise path_not_found() if not _known_sub(rt, sub) else method_not_allowed()
+        if sub == "log":
+            return await self._log(t, q)
+        if sub == "binding":
+            return await self._bind(request, t)
+        if verb == "get":
+            return self._get(t, q, accept)
+        if verb == "update":
+            existed = _exists(self.store, t)
+            obj = self.store.update(rt, t.namespace, name, await _json_body(request), sub, dry_run=_dry_run(q))
+            return json_response(self._encode(rt, obj), status=200 if existed or sub else 201)
+        if verb == "patch":
+            return await self._patch(request, t)
+        if verb == "delete":
+            if sub is not None:
+                raise method_not_allowed()
+            opts = await _delete_options(request)
+            res = self.store.delete(rt, t.namespace, name, opts.propagation, opts.grace, opts.preconditions,
+                                    orphan_dependents=opts.orphan, dry_run=opts.dry_run)
+            return json_response(self._encode(rt, res))
+        raise method_not_allowed()
+
+    def _get(self, t: Target, q: Any, accept: list) -> web.Response:
+        assert t.name is not None
+        rv = q.get("resourceVersion")
+        if rv and rv.isdigit() and int(rv) > self.store.rv:
+            raise ApiError(504, "Timeout", f"Too large resource version: {rv}, current: {self.store.rv}")
+        if t.subresource == "scale":
+            return json_response(self.store.get_scale(t.rt, t.namespace, t.name))
+        obj = self.store.get(t.rt, t.namespace, t.name)
+        if wants_table(accept) and t.subresource is None:
+            return json_response(tables.to_table(t.rt, [obj], resource_version=obj["metadata"]["resourceVersion"],
+                                                 now=time.time()))
+        return json_response(self.store.encode(obj, t.rt))
+
+    def _encode(self, rt: ResourceType, obj: dict[str, Any]) -> bytes:
+        return self.store.encode(obj, rt)
+
+    async def _patch(self, request: web.Request, t: Target) -> web.Response:
+        assert t.name is not None
+        ctype = content_type(request)
+        patch_type = PATCH_TYPES.get(ctype)
+        if patch_type is None:
+            raise ApiError(415, "UnsupportedMediaType", _UNSUPPORTED_PATCH)
+        body = await _patch_body(request, patch_type)
+        q = request.query
+        force = parse_bool("force", q.get("force")) or False
+        obj, created = self.store.patch(t.rt, t.namespace, t.name, patch_type, body, t.subresource,
+                                        q.get("fieldManager"), force, dry_run=_dry_run(q))
+        return json_response(self._encode(t.rt, obj), status=201 if created else 200)
+
+    async def _log(self, t: Target, q: Any) -> web.Response:
+        assert t.name is not None
+        self.store.get(t.rt, t.namespace, t.name)
+        if self.log_source is None:
+            raise not_found("pods/log", "", t.name)
+        text = self.log_source(t.namespace or "", t.name, q.get("container"), parse_int("tailLines", q.get("tailLines")))
+        if inspect.isawaitable(text):
+            text = await text
+        if text is None:
+            raise not_found("pods/log", "", t.name)
+        return web.Response(text=text, content_type="text/plain")
+
+    async def _bind(self, request: web.Request, t: Target) -> web.Response:
+        assert t.name is not None and t.namespace is not None
+        body = await _json_body(request)
+        target = body.get("target") if isinstance(body, dict) else None
+        node = target.get("name") if isinstance(target, dict) else None
+        if not node:
+            raise bad_request("binding target name is required")
+        uid = ((body.get("metadata") or {}).get("uid")) if isinstance(body.get("metadata"), dict) else None
+        self.store.bind(t.namespace, t.name, node, uid=uid)
+        return json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
+                             status=201)
+
+    # -- watch ---------------------------------------------------------------------------------
+
+    async def _watch(self, request: web.Request, t: Target, accept: list) -> web.StreamResponse:
+        q = request.query
+        send_initial = parse_bool("sendInitialEvents", q.get("sendInitialEvents"))
+        bookmarks = parse_bool("allowWatchBookmarks", q.get("allowWatchBookmarks")) or False
+        if send_initial and (q.get("resourceVersionMatch") != "NotOlderThan" or not bookmarks):
+            raise bad_request("sendInitialEvents is forbidden for watch unless resourceVersionMatch is "
+                              "NotOlderThan and allowWatchBookmarks is true")
+        timeout = parse_int("timeoutSeconds", q.get("timeoutSeconds"))
+        rv = q.get("resourceVersion")
+        forced_410 = self.faults.take_forced_410()
+        w = None
+        if not forced_410:
+            w = self.store.watch(t.rt, t.namespace, resource_version=rv, label_selector=q.get("labelSelector"),
+                                 field_selector=q.get("fieldSelector"), send_initial_events=send_initial,
+                                 allow_bookmarks=bookmarks,
+                                 timeout=float(timeout) if timeout and timeout > 0 else self.store.watch_timeout)
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        if w is None:
+            await resp.write(_error_line(too_old(rv or 0, self.store.compacted + 1)))
+            await resp.write_eof()
+            return resp
+        return await self._stream(request, resp, w, t.rt, wants_table(accept))
+
+    async def _stream(self, request: web.Request, resp: web.StreamResponse, w: Any, rt: ResourceType,
+                      table: bool) -> web.StreamResponse:
+        transport = request.transport
+        w.alive = lambda: transport is not None and not transport.is_closing()
+        drop = self.faults.watch_drop_after
+        encode = self._event_encoder(rt, table)
+        self._streams.add(w)
+        try:
+            async with asyncio.timeout(drop):
+                async for ev in w:
+                    await resp.write(encode(ev))
+        except ApiError as err:
+            await resp.write(_error_line(err))
+        except TimeoutError:
+            if transport is not None:
+                transport.close()  # an abrupt cut: no chunked terminator
+            return resp
+        except (ConnectionResetError, OSError):
+            return resp
+        finally:
+            w.close()
+            self._streams.discard(w)
+        if transport is None or transport.is_closing():
+            return resp  # the client went away: nothing left to terminate
+        try:
+            await resp.write_eof()
+        except ConnectionResetError:
+            pass  # the client left between the last event and the terminator
+        return resp
+
+    def _event_encoder(self, rt: ResourceType, table: bool) -> Callable[[WatchEvent], bytes]:
+        store = self.store
+
+        def encode_obj(obj: dict[str, Any]) -> bytes:
+            return store.encode(obj, rt)
+
+        def plain(ev: WatchEvent) -> bytes:
+            return ev.line(encode_obj)
+
+        def as_table(ev: WatchEvent) -> bytes:
+            if ev.type == "BOOKMARK":
+                return ev.line()
+            t = tables.to_table(rt, [ev.obj], resource_version=str(ev.rv), now=time.time())
+            return orjson.dumps({"type": ev.type, "object": t}) + b"\n"
+        return as_table if table else plain
+
+
+# -- request parsing helpers ---------------------------------------------------------------------
+
+def _verb(method: str, t: Target, q: Any) -> str:
+    if method == "GET":
+        if t.name is None:
+            return "watch" if parse_bool("watch", q.get("watch")) else "list"
+        return "get"
+    if t.name is None:
+        verbs = {"POST": "create", "DELETE": "deletecollection"}
+    else:
+        verbs = {"PUT": "update", "PATCH": "patch", "DELETE": "delete", "POST": "create"}
+    verb = verbs.get(method)
+    if verb is None:
+        raise method_not_allowed()
+    return verb
+
+
+def _serves(rt: ResourceType, sub: str, method: str) -> bool:
+    if sub == "status":
+        return rt.status and method in ("GET", "PUT", "PATCH")
+    if sub == "scale":
+        return rt.scale and method in ("GET", "PUT", "PATCH")
+    extra = dict(rt.extra_subresources)
+    if sub in extra:
+        return {"get": "GET", "create": "POST"}.get(extra[sub][0]) == method
+    return False
+
+
+def _known_sub(rt: ResourceType, sub: str) -> bool:
+    return (sub == "status" and rt.status) or (sub == "scale" and rt.scale) or sub in dict(rt.extra_subresources)
+
+
+def _exists(store: Store, t: Target) -> bool:
+    try:
+        store.get(t.rt, t.namespace, t.name or "")
+        return True
+    except ApiError:
+        return False
+
+
+def _dry_run(q: Any) -> bool:
+    values = q.getall("dryRun", [])
+    for v in values:
+        if v != "All":
+            raise bad_request(f'dryRun: Unsupported value: "{v}": supported values: "All"')
+    return bool(values)
+
+
+async def _json_body(request: web.Request, *, allow_empty: bool = False) -> Any:
+    raw = await request.read()
+    if not raw.strip():
+        if allow_empty:
+            return None
+        raise bad_request("the request body is empty")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as err:
+        raise bad_request(f"the request body is not valid JSON: {err}") from None
+
+
+async def _patch_body(request: web.Request, patch_type: str) -> Any:
+    raw = await request.read()
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as err:
+        if patch_type != "apply":
+            raise bad_request(f"error decoding patch: {err}") from None
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as err:
+        raise bad_request(f"error decoding YAML: {err}") from None
+
+
+@dataclass(slots=True)
+class _DeleteOptions:
+    propagation: str | None = None
+    grace: int | None = None
+    preconditions: dict[str, Any] | None = None
+    orphan: bool | None = None
+    dry_run: bool = False
+
+
+async def _delete_options(request: web.Request) -> _DeleteOptions:
+    """DeleteOptions from the query, overridden field by field by a JSON body (spec §5.6)."""
+    q = request.query
+    opts = _DeleteOptions(q.get("propagationPolicy"), parse_int("gracePeriodSeconds", q.get("gracePeriodSeconds")),
+                          None, parse_bool("orphanDependents", q.get("orphanDependents")), _dry_run(q))
+    body = await _json_body(request, allow_empty=True)
+    if body is None:
+        return opts
+    if not isinstance(body, dict):
+        raise bad_request("DeleteOptions must be a JSON object")
+    if body.get("propagationPolicy") is not None:
+        opts.propagation = body["propagationPolicy"]
+    if body.get("gracePeriodSeconds") is not None:
+        opts.grace = _int_field("gracePeriodSeconds", body["gracePeriodSeconds"])
+    if isinstance(body.get("preconditions"), dict):
+        opts.preconditions = body["preconditions"]
+    if body.get("orphanDependents") is not None:
+        opts.orphan = bool(body["orphanDependents"])
+    if body.get("dryRun"):
+        if body["dryRun"] != ["All"]:
+            raise bad_request(f'dryRun: Unsupported value: {body["dryRun"]!r}: supported values: "All"')
+        opts.dry_run = True
+    return opts
+
+
+def _int_field(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad_request(f"{name} must be an integer")
+    return value
+
+
+def _error_line(err: ApiError) -> bytes:
+    return orjson.dumps({"type": "ERROR", "object": err.status()}) + b"\n"

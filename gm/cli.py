@@ -1,0 +1,62 @@
+"""`sedna-gm --config FILE`: run the GlobalManager until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from gm.app import GlobalManager
+from gm.config import ConfigError, load_config
+from gm.kube.config import ConfigError as KubeConfigError
+from shared import logs
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="sedna-gm", description="Sedna GlobalManager")
+    parser.add_argument("--config", default="./sedna-gm.yaml", help="config file (default %(default)s)")
+    parser.add_argument("--log-level", default=None, help="overrides log.level of the config")
+    return parser.parse_args(argv)
+
+
+async def run(config_path: str, log_level: str | None) -> int:
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        print(f"sedna-gm: {exc}", file=sys.stderr)
+        return 2
+    logs.setup(log_level or config.log.level, config.log.format)
+    gm = GlobalManager(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await gm.start()
+    except KubeConfigError as exc:
+        logging.getLogger("gm").error("cannot reach the cluster: %s", exc)
+        await gm.stop()
+        return 1
+    waiter = asyncio.create_task(gm.wait())
+    stopper = asyncio.create_task(stop.wait())
+    await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    await gm.stop()
+    waiter.cancel()
+    stopper.cancel()
+    return 0 if stop.is_set() else 1
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    try:
+        import uvloop
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        runner = asyncio.run
+    sys.exit(runner(run(args.config, args.log_level)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,594 @@
+"""The GM's websocket hub: one session per LC, downstream state push, upstream status intake.
+
+Why it looks the way it does (each point fixes an upstream weakness, see the GM spec §5/§6):
+
+- Downstream is *state*, not a message log. On every (re)connect a node gets a snapshot of
+  everything it needs, then deltas. Deltas go through a per-session queue that holds at
+  most one pending version per object, so a slow or stuck node costs one entry per
+  object, never a growing backlog, and a newer version can never be lost behind an older
+  one being written. Offline nodes cost nothing: their next snapshot covers the gap.
+- A node has one session. A new connection for the node replaces (and closes) the old one
+  instead of splitting the queue between them.
+- Liveness is explicit: the hub pings every `ping_interval` and ends a session after
+  `dead_after` seconds without any frame from the peer (pongs included). That bound also
+  caps how long a write can stay blocked on a peer that stopped reading.
+- Upstream reports are authorized (the object must be assigned to the reporting node),
+  handled one at a time per session, in order, and acked by sequence number once the
+  handler has applied them. A frame that does not decode ends that session only.
+- Peers that do not offer the native subprotocol get upstream's JSON envelope exactly
+  as upstream LCs expect it: inserts and deletes, no snapshot markers, no acks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import re
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from aiohttp import WSMsgType, web
+
+from proto import (
+    CLOSE_DEAD,
+    CLOSE_GOING_AWAY,
+    CLOSE_HELLO_TIMEOUT,
+    CLOSE_NORMAL,
+    CLOSE_POLICY_VIOLATION,
+    CLOSE_PROTOCOL_ERROR,
+    CLOSE_REPLACED,
+    MAX_FRAME_BYTES,
+    SUBPROTOCOL,
+    Message,
+    ObjKey,
+    Op,
+    ProtocolError,
+    UnknownOp,
+    ack,
+    decode_native,
+    decode_upstream,
+    encode_native,
+    encode_upstream,
+    hello,
+    negotiate,
+    snapshot_begin,
+    snapshot_end,
+)
+
+log = logging.getLogger("sedna.gm.hub")
+
+CLOSE_INTERNAL_ERROR = 1011
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_MAX_REASON_BYTES = 123  # RFC 6455: a close frame's reason fits in 123 bytes
+
+
+class ObjectSource(Protocol):
+    """What the GM tells the hub about which objects each node needs."""
+
+    def objects_for_node(self, node: str) -> Iterable[tuple[str, str, str, Mapping[str, Any]]]:
+        """Every (kind, namespace, name, object) the node needs right now."""
+        ...
+
+    def is_assigned(self, node: str, kind: str, namespace: str, name: str) -> bool:
+        """Whether the node may report status for this object."""
+        ...
+
+
+class StatusHandler(Protocol):
+    """Applies one status report; raises ReportRefused or ReportDeferred when it cannot."""
+
+    async def handle_status(self, node: str, message: Message) -> None: ...
+
+
+class HubError(Exception):
+    """Base of the errors a StatusHandler raises to steer the hub."""
+
+
+class ReportRefused(HubError):
+    """The report will never be applied (wrong node, bad content): refuse it and ack with the reason."""
+
+
+class ReportInvalid(ReportRefused):
+    """The report's content does not have the shape its kind requires."""
+
+
+class ReportDeferred(HubError):
+    """The report could not be applied now (e.g. API server down): no ack, the LC resends."""
+
+
+@dataclass(slots=True)
+class HubStats:
+    """Counters for the GM's /metrics; monotonic except where noted."""
+
+    sessions_opened: int = 0
+    sessions_replaced: int = 0
+    sessions_dead: int = 0
+    sessions_broken: int = 0
+    handshakes_rejected: int = 0
+    frames_in: int = 0
+    frames_out: int = 0
+    pings_out: int = 0
+    status_applied: int = 0
+    refused: int = 0
+    deferred: int = 0
+    handler_errors: int = 0
+    acks_out: int = 0
+    skipped_out: int = 0
+
+
+class _SessionEnd(Exception):
+    """Raised inside a session's tasks to end it with a websocket close code."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(f"{code} {reason}")
+        self.code = code
+        self.reason = reason
+
+
+class _Pending:
+    """Downstream queue of one session: at most one pending version per object key.
+
+    Invariant: each key is in `_items` at most once. A newer version replaces the pending
+    one in place, keeping its position, so a hot object cannot starve the others; the
+    writer pops from the front. `None` as the value means "delete".
+    """
+
+    __slots__ = ("_items", "_ready")
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[ObjKey, Mapping[str, Any] | None] = OrderedDict()
+        self._ready = asyncio.Event()
+
+    def put(self, key: ObjKey, obj: Mapping[str, Any] | None) -> None:
+        self._items[key] = obj
+        self._ready.set()
+
+    def pop(self) -> tuple[ObjKey, Mapping[str, Any] | None]:
+        return self._items.popitem(last=False)
+
+    async def get(self) -> tuple[ObjKey, Mapping[str, Any] | None]:
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        return self.pop()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def keys(self) -> list[ObjKey]:
+        return list(self._items)
+
+
+class _Session:
+    """One connected node. The hub's `_sessions[node]` points at the current one."""
+
+    __slots__ = ("node", "ws", "native", "pending", "snapshot_count", "seq", "stopped", "stop_code", "stop_reason")
+
+    def __init__(self, node: str, ws: web.WebSocketResponse, *, native: bool) -> None:
+        self.node = node
+        self.ws = ws
+        self.native = native
+        self.pending = _Pending()
+        self.snapshot_count = 0
+        self.seq = 0  # last downstream seq sent in this session
+        self.stopped = asyncio.Event()
+        self.stop_code = CLOSE_NORMAL
+        self.stop_reason = ""
+
+    def stop(self, code: int, reason: str) -> None:
+        """Ask the session to end; the first request wins."""
+        if not self.stopped.is_set():
+            self.stop_code, self.stop_reason = code, reason
+            self.stopped.set()
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    @property
+    def mode(self) -> str:
+        return "native" if self.native else "upstream"
+
+
+class Hub:
+    """Websocket hub the GM mounts on its port-9000 aiohttp app."""
+
+    def __init__(
+        self,
+        source: ObjectSource,
+        handler: StatusHandler,
+        *,
+        token: str | None = None,
+        ping_interval: float = 10.0,
+        dead_after: float = 30.0,
+        hello_timeout: float | None = None,
+        handler_timeout: float = 30.0,
+        close_timeout: float = 5.0,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+        compress: bool = True,
+    ) -> None:
+        if not 0 < ping_interval < dead_after:
+            raise ValueError(f"need 0 < ping_interval ({ping_interval}) < dead_after ({dead_after})")
+        self._source = source
+        self._handler = handler
+        self._token = token.encode() if token else None
+        self._ping_interval = ping_interval
+        self._dead_after = dead_after
+        self._hello_timeout = hello_timeout if hello_timeout is not None else dead_after
+        self._handler_timeout = handler_timeout
+        self._close_timeout = close_timeout
+        self._max_frame_bytes = max_frame_bytes
+        self._compress = compress
+        self._sessions: dict[str, _Session] = {}
+        # Keys each node was last sent as present; lets an upstream LC, which has no
+        # snapshot markers, be told about objects deleted while it was away.
+        self._held: dict[str, set[ObjKey]] = {}
+        self._running: set[asyncio.Event] = set()
+        self._closing = False
+        self.stats = HubStats()
+
+    # ---- public API -------------------------------------------------------------------
+
+    def attach(self, app: web.Application, *, path: str = "/") -> None:
+        """Serve the hub on `path` (upstream LCs dial `/`) and close sessions on app shutdown."""
+        app.router.add_get(path, self.handle)
+        app.on_shutdown.append(self._on_shutdown)
+
+    def notify_changed(
+        self, kind: str, namespace: str, name: str, obj: Mapping[str, Any] | None, nodes: Iterable[str]
+    ) -> None:
+        """Queue the latest version (None: deleted or no longer assigned) for each connected node.
+
+        The hub keeps a reference to `obj` until it is sent: the caller must not mutate it.
+        """
+        key = (kind, namespace, name)
+        for node in nodes:
+            session = self._sessions.get(node)
+            if session is not None:
+                session.pending.put(key, obj)
+
+    def connected_nodes(self) -> list[str]:
+        return sorted(self._sessions)
+
+    @property
+    def sessions_active(self) -> int:
+        return len(self._sessions)
+
+    def pending(self, node: str) -> int:
+        """How many object versions wait to be written to the node (0 when not connected)."""
+        session = self._sessions.get(node)
+        return len(session.pending) if session is not None else 0
+
+    def forget_node(self, node: str) -> None:
+        """Drop what the hub remembers about a node (call when the Node is deleted)."""
+        self._held.pop(node, None)
+        session = self._sessions.get(node)
+        if session is not None:
+            session.stop(CLOSE_GOING_AWAY, "node removed")
+
+    async def close(self) -> None:
+        """Close every session (going away) and wait, bounded, for them to finish."""
+        self._closing = True
+        for session in list(self._sessions.values()):
+            session.stop(CLOSE_GOING_AWAY, "GM shutting down")
+        waits = [asyncio.create_task(done.wait(), name="hub-close-wait") for done in self._running]
+        if waits:
+            _, still = await asyncio.wait(waits, timeout=self._close_timeout * 2)
+            for task in still:
+                task.cancel()
+
+    # ---- connection -------------------------------------------------------------------
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        """aiohttp handler: check the upgrade request, then run the session to its end."""
+        node = self._admit(request)
+        ws = web.WebSocketResponse(
+            protocols=(SUBPROTOCOL,),
+            autoping=False,
+            max_msg_size=self._max_frame_bytes,
+            timeout=self._close_timeout,
+            compress=self._compress,
+        )
+        if not ws.can_prepare(request).ok:
+            self.stats.handshakes_rejected += 1
+            raise web.HTTPBadRequest(text="websocket upgrade required\n")
+        await ws.prepare(request)
+        done = asyncio.Event()
+        self._running.add(done)
+        try:
+            await self._serve(node, ws, request)
+        finally:
+            self._running.discard(done)
+            done.set()
+        return ws
+
+    def _admit(self, request: web.Request) -> str:
+        """The node name of an acceptable upgrade request; an HTTP error response otherwise."""
+        try:
+            if self._closing:
+                raise web.HTTPServiceUnavailable(text="GM shutting down\n")
+            self._check_token(request)
+            self._check_origin(request)
+            return self._node_name(request)
+        except web.HTTPException:
+            self.stats.handshakes_rejected += 1
+            raise
+
+    def _check_token(self, request: web.Request) -> None:
+        if self._token is None:
+            return
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self._token):
+            log.warning("hub auth failed remote=%s", request.remote)
+            raise web.HTTPUnauthorized(text="missing or wrong bearer token\n", headers={"WWW-Authenticate": "Bearer"})
+
+    @staticmethod
+    def _check_origin(request: web.Request) -> None:
+        """Browsers send Origin; refuse cross-origin upgrades (LCs send none)."""
+        origin = request.headers.get("Origin")
+        if origin and urlsplit(origin).netloc.lower() != request.host.lower():
+            raise web.HTTPForbidden(text=f"origin {origin!r} does not match host\n")
+
+    @staticmethod
+    def _node_name(request: web.Request) -> str:
+        node = request.headers.get("Node-Name", "").strip()
+        if not node:
+            raise web.HTTPBadRequest(text="Node-Name header required\n")
+        if len(node) > 253 or not _NODE_NAME.fullmatch(node):
+            raise web.HTTPBadRequest(text=f"Node-Name {node[:64]!r} is not a valid node name\n")
+        return node
+
+    async def _serve(self, node: str, ws: web.WebSocketResponse, request: web.Request) -> None:
+        native = ws.ws_protocol == SUBPROTOCOL
+        session: _Session | None = None
+        code, reason = CLOSE_NORMAL, ""
+        try:
+            if native:
+                await self._handshake(node, ws)
+            session = self._open(node, ws, native=native)
+            await self._run(session)
+        except _SessionEnd as end:
+            code, reason = end.code, end.reason
+        finally:
+            if session is not None:
+                self._deregister(session)
+            self._record_end(node, native, code, reason)
+            await self._close_ws(ws, request, code, reason)
+
+    async def _handshake(self, node: str, ws: web.WebSocketResponse) -> None:
+        """Native mode: read the LC's hello, pick a version, answer with ours."""
+        data = await self._receive(ws, self._hello_timeout, CLOSE_HELLO_TIMEOUT)
+        msg = self._decode(data, native=True)
+        if msg is None or msg.op is not Op.HELLO:
+            raise _SessionEnd(CLOSE_PROTOCOL_ERROR, f"first frame must be hello, got {msg.op if msg else None}")
+        if msg.body["node"] != node:
+            raise _SessionEnd(CLOSE_POLICY_VIOLATION, f"hello names node {msg.body['node']!r}, Node-Name is {node!r}")
+        try:
+            version = negotiate(msg.body["versions"])
+        except ProtocolError as exc:
+            raise _SessionEnd(exc.close_code, str(exc)) from exc
+        log.info("hub hello node=%s version=%d acked=%d", node, version, msg.body.get("acked", 0))
+        await self._send(ws, encode_native(hello(node, versions=(version,))))
+
+    def _open(self, node: str, ws: web.WebSocketResponse, *, native: bool) -> _Session:
+        """Build the session's snapshot and make it the node's session, in one step.
+
+        No await happens between reading the source and registering the session, so
+        every change the GM reports afterwards lands in this session's queue.
+        """
+        if self._closing:
+            raise _SessionEnd(CLOSE_GOING_AWAY, "GM shutting down")
+        session = _Session(node, ws, native=native)
+        try:
+            objects = list(self._source.objects_for_node(node))
+        except Exception as exc:  # the GM's code: a bug there must not take the hub down
+            log.exception("hub objects_for_node failed node=%s", node)
+            raise _SessionEnd(CLOSE_INTERNAL_ERROR, "GM could not build the snapshot") from exc
+        for kind, namespace, name, obj in objects:
+            session.pending.put((kind, namespace, name), obj)
+        if not native:
+            for key in self._held.get(node, set()) - set(session.pending.keys()):
+                session.pending.put(key, None)
+        session.snapshot_count = len(session.pending)
+        old = self._sessions.get(node)
+        if old is not None:
+            old.stop(CLOSE_REPLACED, "replaced by a newer connection for this node")
+            self.stats.sessions_replaced += 1
+        self._sessions[node] = session
+        self.stats.sessions_opened += 1
+        log.info("hub session opened node=%s mode=%s objects=%d", node, session.mode, session.snapshot_count)
+        return session
+
+    def _deregister(self, session: _Session) -> None:
+        if self._sessions.get(session.node) is session:
+            del self._sessions[session.node]
+
+    async def _run(self, session: _Session) -> None:
+        """Run reader, writer, pinger and stop-watcher; the first to end ends them all."""
+        node = session.node
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._read_loop(session), name=f"hub-read-{node}")
+                tg.create_task(self._write_loop(session), name=f"hub-write-{node}")
+                tg.create_task(self._ping_loop(session), name=f"hub-ping-{node}")
+                tg.create_task(self._watch_stop(session), name=f"hub-stop-{node}")
+        except BaseExceptionGroup as group:
+            raise _first_end(node, group) from None
+
+    @staticmethod
+    async def _watch_stop(session: _Session) -> None:
+        await session.stopped.wait()
+        raise _SessionEnd(session.stop_code, session.stop_reason)
+
+    async def _close_ws(self, ws: web.WebSocketResponse, request: web.Request, code: int, reason: str) -> None:
+        """Close with code and reason; abort the transport if the peer does not take it in time."""
+        message = reason.encode()[:_MAX_REASON_BYTES]
+        try:
+            async with asyncio.timeout(self._close_timeout):
+                await ws.close(code=code, message=message)
+        except (TimeoutError, ConnectionError):
+            if request.transport is not None:
+                request.transport.abort()
+
+    def _record_end(self, node: str, native: bool, code: int, reason: str) -> None:
+        if code == CLOSE_DEAD:
+            self.stats.sessions_dead += 1
+        elif code not in (CLOSE_NORMAL, CLOSE_GOING_AWAY, CLOSE_REPLACED):
+            self.stats.sessions_broken += 1
+        log.info("hub session closed node=%s mode=%s code=%d reason=%r", node, "native" if native else "upstream", code, reason)
+
+    # ---- reading ----------------------------------------------------------------------
+
+    async def _receive(self, ws: web.WebSocketResponse, silence: float, silence_code: int) -> str | bytes:
+        """The next data frame; answers pings, ends the session on close, error or silence."""
+        while True:
+            try:
+                msg = await ws.receive(timeout=silence)
+            except TimeoutError:
+                raise _SessionEnd(silence_code, f"no frame from the peer for {silence:g}s") from None
+            if msg.type in (WSMsgType.BINARY, WSMsgType.TEXT):
+                self.stats.frames_in += 1
+                return msg.data
+            if msg.type is WSMsgType.PING:
+                try:
+                    await ws.pong(msg.data)
+                except ConnectionError as exc:
+                    raise _SessionEnd(CLOSE_GOING_AWAY, f"pong failed: {exc}") from exc
+            elif msg.type is WSMsgType.PONG:
+                continue
+            elif msg.type is WSMsgType.ERROR:
+                raise _SessionEnd(ws.close_code or CLOSE_PROTOCOL_ERROR, f"websocket error: {msg.data}")
+            else:  # CLOSE, CLOSING, CLOSED: the peer went away
+                raise _SessionEnd(ws.close_code or CLOSE_NORMAL, "closed by peer")
+
+    async def _read_loop(self, session: _Session) -> None:
+        while True:
+            data = await self._receive(session.ws, self._dead_after, CLOSE_DEAD)
+            msg = self._decode(data, native=session.native)
+            if msg is None:
+                continue
+            if msg.op is Op.STATUS:
+                await self._on_status(session, msg)
+            elif session.native:
+                raise _SessionEnd(CLOSE_PROTOCOL_ERROR, f"{msg.op} is not accepted from an LC")
+            else:
+                log.warning("hub ignored upstream op node=%s op=%s", session.node, msg.op)
+
+    def _decode(self, data: str | bytes, *, native: bool) -> Message | None:
+        """Decode one frame; protocol errors end the session (upstream's unknown ops are skipped)."""
+        try:
+            if native:
+                return decode_native(data, max_bytes=self._max_frame_bytes)
+            return decode_upstream(data, max_bytes=self._max_frame_bytes)
+        except UnknownOp as exc:
+            if native:
+                raise _SessionEnd(exc.close_code, str(exc)) from exc
+            log.warning("hub ignored upstream frame: %s", exc)
+            return None
+        except ProtocolError as exc:
+            raise _SessionEnd(exc.close_code, str(exc)) from exc
+
+    async def _on_status(self, session: _Session, msg: Message) -> None:
+        """Authorize, apply, then ack (native): refused reports are acked with the reason."""
+        applied, error = await self._apply(session.node, msg)
+        if (applied or error is not None) and session.native:
+            await self._send(session.ws, encode_native(ack(msg.seq, error=error)))
+            self.stats.acks_out += 1
+
+    async def _apply(self, node: str, msg: Message) -> tuple[bool, str | None]:
+        """(True, None) when applied, (False, reason) when refused for good, (False, None) to retry."""
+        where = f"node={node} kind={msg.kind} key={msg.namespace}/{msg.name} seq={msg.seq}"
+        try:
+            if not self._source.is_assigned(node, msg.kind, msg.namespace, msg.name):
+                raise ReportRefused(f"{msg.kind} {msg.namespace}/{msg.name} is not assigned to node {node}")
+            async with asyncio.timeout(self._handler_timeout):
+                await self._handler.handle_status(node, msg)
+        except ReportRefused as exc:
+            self.stats.refused += 1
+            log.warning("hub status refused %s reason=%r", where, str(exc))
+            return False, str(exc) or type(exc).__name__
+        except (ReportDeferred, TimeoutError) as exc:
+            self.stats.deferred += 1
+            log.warning("hub status deferred %s reason=%r", where, str(exc) or "handler timeout")
+            return False, None
+        except Exception:  # the GM's handler: log and let the LC resend, keep the session
+            self.stats.handler_errors += 1
+            log.exception("hub status handler failed %s", where)
+            return False, None
+        self.stats.status_applied += 1
+        return True, None
+
+    # ---- writing ----------------------------------------------------------------------
+
+    async def _write_loop(self, session: _Session) -> None:
+        if session.native:
+            await self._write_snapshot(session)
+        while True:
+            key, obj = await session.pending.get()
+            await self._send_object(session, key, obj)
+
+    async def _write_snapshot(self, session: _Session) -> None:
+        """begin, the snapshot's objects (the first entries of the queue), end."""
+        count = session.snapshot_count
+        await self._send(session.ws, encode_native(snapshot_begin(session.next_seq())))
+        for _ in range(count):
+            key, obj = session.pending.pop()
+            await self._send_object(session, key, obj)
+        await self._send(session.ws, encode_native(snapshot_end(count, session.next_seq())))
+
+    async def _send_object(self, session: _Session, key: ObjKey, obj: Mapping[str, Any] | None) -> None:
+        kind, namespace, name = key
+        op = Op.DELETE if obj is None else Op.UPSERT
+        try:
+            msg = Message(op, session.next_seq(), kind, namespace, name, obj)
+            if session.native:
+                data: str | bytes = encode_native(msg, max_bytes=self._max_frame_bytes)
+            else:
+                data = encode_upstream(msg, max_bytes=self._max_frame_bytes)
+        except ProtocolError as exc:
+            self.stats.skipped_out += 1
+            log.error("hub cannot send node=%s kind=%s key=%s/%s: %s", session.node, kind, namespace, name, exc)
+            return
+        await self._send(session.ws, data)
+        held = self._held.setdefault(session.node, set())
+        if obj is None:
+            held.discard(key)
+        else:
+            held.add(key)
+
+    async def _send(self, ws: web.WebSocketResponse, data: str | bytes) -> None:
+        try:
+            if isinstance(data, bytes):
+                await ws.send_bytes(data)
+            else:
+                await ws.send_str(data)
+        except ConnectionError as exc:
+            raise _SessionEnd(CLOSE_GOING_AWAY, f"write failed: {exc}") from exc
+        self.stats.frames_out += 1
+
+    async def _ping_loop(self, session: _Session) -> None:
+        while True:
+            await asyncio.sleep(self._ping_interval)
+            try:
+                await session.ws.ping()
+            except ConnectionError as exc:
+                raise _SessionEnd(CLOSE_GOING_AWAY, f"ping failed: {exc}") from exc
+            self.stats.pings_out += 1
+
+    async def _on_shutdown(self, app: web.Application) -> None:
+        await self.close()
+
+
+def _first_end(node: str, group: BaseExceptionGroup) -> _SessionEnd:
+    """The _SessionEnd that ended a session's task group; crashes are logged and become 1011."""
+    ends, others = group.split(_SessionEnd)
+    if others is not None:
+        for exc in others.exceptions:
+            log.error("hub session task crashed node=%s", node, exc_info=exc)
+    if ends is not None:
+        return ends.exceptions[0]
+    return _SessionEnd(CLOSE_INTERNAL_ERROR, "internal error")

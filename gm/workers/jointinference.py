@@ -1,0 +1,186 @@
+"""JointInferenceService -> cloud and edge Deployments, the cloud Service, optional HPAs.
+
+Names, ports, labels and env follow upstream (spec/upstream-gm.md §3.2, §4.4) so
+existing worker images run unchanged, with two deliberate differences: `WORKER_NAME`
+is the pod's own name (Downward API) instead of a random suffix regenerated on every
+update, and the env order is fixed, so an unchanged spec yields an identical template
+and no rollout. `JOB_NAME` is added because the worker library takes its report
+owner name from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gm.workers.children import (
+    Owner,
+    build_deployment,
+    build_hpa,
+    build_service,
+    check_label_value,
+    hpa_name,
+    owner_of,
+)
+from gm.workers.config import WorkerConfig
+from gm.workers.errors import InvalidSpec
+from gm.workers.inputs import Secrets, mount_of, ref_name, required
+from gm.workers.storage import WorkerMount, plan_storage
+from gm.workers.template import env_field, env_value, render_template
+
+KIND = "JointInferenceService"
+BIG_MODEL_PORT = 5000
+CLOUD, EDGE = "Cloud", "Edge"
+
+
+@dataclass(frozen=True, slots=True)
+class JIChildren:
+    """The desired children of one JointInferenceService."""
+
+    cloud_deployment: dict[str, Any]
+    edge_deployment: dict[str, Any]
+    cloud_service: dict[str, Any]
+    cloud_hpa: dict[str, Any] | None
+    edge_hpa: dict[str, Any] | None
+    edge_node: str
+
+    def objects(self) -> tuple[dict[str, Any], ...]:
+        """Every child, in upstream's creation order (cloud, its Service, edge, HPAs)."""
+        ordered = (self.cloud_deployment, self.cloud_service, self.edge_deployment,
+                   self.cloud_hpa, self.edge_hpa)
+        return tuple(o for o in ordered if o is not None)
+
+
+def deployment_name(service: str, worker_type: str) -> str:
+    """`<service>-deployment-<cloud|edge>`."""
+    return f"{service}-deployment-{worker_type.lower()}"
+
+
+def cloud_service_name(service: str) -> str:
+    """`<service>-cloud`, the Service edge workers reach the big model through."""
+    return f"{service}-cloud"
+
+
+def hpa_names(service: str) -> tuple[str, str]:
+    """Names of the cloud and edge HPAs (for deleting one that is no longer wanted)."""
+    return (hpa_name(deployment_name(service, CLOUD)), hpa_name(deployment_name(service, EDGE)))
+
+
+def build_ji_children(
+    ji: Mapping[str, Any],
+    *,
+    edge_model: Mapping[str, Any] | None,
+    cloud_model: Mapping[str, Any] | None,
+    config: WorkerConfig,
+    secrets: Secrets | None = None,
+) -> JIChildren:
+    """Desired children of `ji`; Models are the looked-up objects (None when absent),
+    `secrets` maps Secret name -> Secret for any credentialName the Models carry."""
+    owner = owner_of(ji, kind=KIND)
+    check_label_value(f"{owner.name}-{CLOUD}-svc", what="app.sedna.io label value")
+    spec = ji["spec"]
+    models = {
+        EDGE: _model_mount(spec, EDGE, edge_model, owner=owner, secrets=secrets),
+        CLOUD: _model_mount(spec, CLOUD, cloud_model, owner=owner, secrets=secrets),
+    }
+    host = f"{cloud_service_name(owner.name)}.{owner.namespace}"
+    edge_env = _edge_env(spec, host=host, config=config)
+    cloud = _deployment(owner, CLOUD, spec, models[CLOUD], [env_value(
+        "BIG_MODEL_BIND_PORT", str(BIG_MODEL_PORT))], config=config)
+    edge = _deployment(owner, EDGE, spec, models[EDGE], edge_env, config=config)
+    node = spec["edgeWorker"]["template"].get("spec", {}).get("nodeName") or ""
+    return JIChildren(
+        cloud_deployment=cloud,
+        edge_deployment=edge,
+        cloud_service=build_service(owner, name=cloud_service_name(owner.name),
+                                    worker_type=CLOUD, port=BIG_MODEL_PORT),
+        cloud_hpa=_hpa(owner, CLOUD, spec),
+        edge_hpa=_hpa(owner, EDGE, spec),
+        edge_node=node,
+    )
+
+
+def _worker_spec(spec: Mapping[str, Any], worker_type: str) -> Mapping[str, Any]:
+    key = f"{worker_type.lower()}Worker"
+    worker = spec.get(key)
+    if not isinstance(worker, Mapping):
+        raise InvalidSpec("InvalidSpec", f"spec.{key} is required")
+    return worker
+
+
+def _model_mount(spec, worker_type, model, *, owner: Owner, secrets) -> WorkerMount:
+    where = f"spec.{worker_type.lower()}Worker.model"
+    name = ref_name(_worker_spec(spec, worker_type), "model", where=where)
+    found = required(model, kind="Model", name=name, namespace=owner.namespace)
+    url = mount_of(found, kind="Model", secrets=secrets, namespace=owner.namespace)
+    return WorkerMount(env_name="MODEL_URL", urls=(url,))
+
+
+def _edge_env(spec: Mapping[str, Any], *, host: str, config: WorkerConfig) -> list[dict]:
+    hem = _worker_spec(spec, EDGE).get("hardExampleMining")
+    if not isinstance(hem, Mapping) or not isinstance(hem.get("name"), str) or not hem["name"]:
+        raise InvalidSpec("InvalidSpec", "spec.edgeWorker.hardExampleMining.name is required")
+    return [
+        env_value("LC_SERVER", config.lc_server),
+        env_value("BIG_MODEL_IP", host),
+        env_value("BIG_MODEL_PORT", str(BIG_MODEL_PORT)),
+        env_value("HEM_NAME", hem["name"]),
+        env_value("HEM_PARAMETERS", hem_parameters(hem.get("parameters"))),
+    ]
+
+
+def hem_parameters(parameters: Any) -> str:
+    """The parameters list as upstream's Go encoder writes it (`null` when absent)."""
+    if parameters is None:
+        return "null"
+    where = "spec.edgeWorker.hardExampleMining.parameters"
+    if not isinstance(parameters, list):
+        raise InvalidSpec("InvalidSpec", f"{where} must be a list")
+    items = []
+    for i, item in enumerate(parameters):
+        if not (isinstance(item, Mapping) and isinstance(item.get("key"), str)
+                and isinstance(item.get("value"), str)):
+            raise InvalidSpec("InvalidSpec", f"{where}[{i}] needs string key and value")
+        items.append({"key": item["key"], "value": item["value"]})
+    return go_json(items)
+
+
+def go_json(value: Any) -> str:
+    """Compact JSON with Go's HTML-safe escapes (`<`, `>`, `&`, U+2028, U+2029)."""
+    text = orjson.dumps(value).decode()
+    for char, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
+                          ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(char, escaped)
+    return text
+
+
+def _deployment(owner: Owner, worker_type: str, spec, mount: WorkerMount,
+                role_env: list[dict], *, config: WorkerConfig) -> dict[str, Any]:
+    plan = plan_storage([mount], image=config.storage_initializer_image,
+                        pull_policy=config.image_pull_policy)
+    env = [
+        env_value("NAMESPACE", owner.namespace),
+        env_value("SERVICE_NAME", owner.name),
+        env_value("JOB_NAME", owner.name),
+        env_field("WORKER_NAME", "metadata.name"),
+        env_value("MODEL_URL", plan.value("MODEL_URL")),
+        *role_env,
+    ]
+    where = f"spec.{worker_type.lower()}Worker.template"
+    rendered = render_template(_worker_spec(spec, worker_type).get("template"), where=where,
+                               env=env, storage=plan)
+    return build_deployment(owner, name=deployment_name(owner.name, worker_type),
+                            worker_type=worker_type, app_label=f"{owner.name}-{worker_type}-svc",
+                            rendered=rendered)
+
+
+def _hpa(owner: Owner, worker_type: str, spec) -> dict[str, Any] | None:
+    hpa = _worker_spec(spec, worker_type).get("hpa")
+    if hpa is None:
+        return None
+    return build_hpa(owner, worker_type=worker_type,
+                     deployment_name=deployment_name(owner.name, worker_type), hpa=hpa,
+                     where=f"spec.{worker_type.lower()}Worker.hpa")

@@ -1,0 +1,118 @@
+"""A user's PodTemplateSpec -> the pod template a worker runs (validated, env, storage).
+
+The CR embeds a template per worker; the GM adds its env, mounts and pod knobs on
+top of a deep copy, never on the cached CR. Injected env comes after the user's and
+replaces a user entry of the same name (upstream appends, so the GM's value won
+anyway; dropping the duplicate keeps the container valid and readable).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gm.workers.errors import InvalidSpec
+from gm.workers.storage import StoragePlan, apply_storage
+
+
+def env_value(name: str, value: str) -> dict[str, Any]:
+    """A literal env entry."""
+    return {"name": name, "value": value}
+
+
+def env_field(name: str, field_path: str) -> dict[str, Any]:
+    """An env entry from the Downward API (e.g. the pod's own name)."""
+    return {"name": name, "valueFrom": {"fieldRef": {"apiVersion": "v1",
+                                                     "fieldPath": field_path}}}
+
+
+@dataclass(frozen=True, slots=True)
+class PodKnobs:
+    """Pod settings the GM forces (`host_network`) or defaults when the template is silent."""
+
+    host_network: bool = False
+    restart_policy: str | None = None
+    dns_policy: str | None = None
+    node_name: str | None = None
+
+
+def checked_template(template: Any, *, where: str) -> dict[str, Any]:
+    """A deep copy of `template` after checking the parts the GM relies on."""
+    if not isinstance(template, Mapping):
+        raise InvalidSpec("InvalidTemplate", f"{where} is missing or not an object")
+    spec = template.get("spec")
+    if not isinstance(spec, Mapping):
+        raise InvalidSpec("InvalidTemplate", f"{where}.spec is missing or not an object")
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise InvalidSpec("InvalidTemplate", f"{where}.spec.containers has no container")
+    for i, container in enumerate(containers):
+        _check_container(container, where=f"{where}.spec.containers[{i}]")
+    for key in ("initContainers", "volumes"):
+        if key in spec and not isinstance(spec[key], list | None):
+            raise InvalidSpec("InvalidTemplate", f"{where}.spec.{key} must be a list")
+    metadata = template.get("metadata")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise InvalidSpec("InvalidTemplate", f"{where}.metadata must be an object")
+    return copy.deepcopy(dict(template))
+
+
+def _check_container(container: Any, *, where: str) -> None:
+    if not isinstance(container, Mapping):
+        raise InvalidSpec("InvalidTemplate", f"{where} is not an object")
+    for key in ("name", "image"):
+        if not isinstance(container.get(key), str) or not container[key]:
+            raise InvalidSpec("InvalidTemplate", f"{where}.{key} is required")
+    env = container.get("env")
+    if env is not None and (not isinstance(env, list)
+                            or not all(isinstance(e, Mapping) and isinstance(e.get("name"), str)
+                                       for e in env)):
+        raise InvalidSpec("InvalidTemplate", f"{where}.env must be a list of named entries")
+    if not isinstance(container.get("volumeMounts") or [], list):
+        raise InvalidSpec("InvalidTemplate", f"{where}.volumeMounts must be a list")
+
+
+def inject_env(container: dict[str, Any], entries: Sequence[Mapping[str, Any]]) -> None:
+    """Append `entries` to the container's env, dropping earlier entries of those names."""
+    names = {e["name"] for e in entries}
+    kept = [e for e in container.get("env") or [] if e.get("name") not in names]
+    container["env"] = kept + [dict(e) for e in entries]
+
+
+def render_template(
+    template: Any,
+    *,
+    where: str,
+    env: Sequence[Mapping[str, Any]],
+    storage: StoragePlan,
+    knobs: PodKnobs = PodKnobs(),
+) -> dict[str, Any]:
+    """The worker's pod template: user template + storage + storage env + `env` + knobs.
+
+    Returns `{"metadata": {labels?, annotations?, finalizers?}, "spec": ...}`; only those
+    metadata fields carry over, as upstream copies them (names are the caller's).
+    """
+    source = checked_template(template, where=where)
+    spec = source["spec"]
+    apply_storage(spec, storage)
+    storage_env = [env_value(k, v) for k, v in storage.worker_env]
+    for container in spec["containers"]:
+        inject_env(container, storage_env)
+        inject_env(container, env)
+    _apply_knobs(spec, knobs)
+    meta = source.get("metadata") or {}
+    kept = {k: copy.deepcopy(meta[k]) for k in ("labels", "annotations", "finalizers")
+            if meta.get(k)}
+    return {"metadata": kept, "spec": spec}
+
+
+def _apply_knobs(spec: dict[str, Any], knobs: PodKnobs) -> None:
+    if knobs.host_network:
+        spec["hostNetwork"] = True
+    defaults = {"restartPolicy": knobs.restart_policy, "dnsPolicy": knobs.dns_policy,
+                "nodeName": knobs.node_name}
+    for key, value in defaults.items():
+        if value and not spec.get(key):
+            spec[key] = value

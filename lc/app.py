@@ -1,0 +1,162 @@
+"""The LocalController process: store, managers, worker API and (pluggable) GM link.
+
+Start order: open the store, build the managers, replay stored resources (a restarted LC
+resumes its monitors without the GM), start the HTTP site, then the link. Stop order is
+the reverse, so nothing that can still produce a report outlives the store: stop
+accepting HTTP (in-flight handlers finish their commit), stop the link, stop managers,
+then flush pending commits and close the database.
+
+The link to the GM lives in lc/link.py and is plugged in through `link_factory`: it
+receives this LocalController (see `Link`/`LinkFactory`) and drives `apply_*` for
+downstream objects and the store's outbox (`pending`, `ack`, `wait_outbox`) upstream.
+Without a link the LC still accepts and durably stores every report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from lc.api import build_app
+from lc.config import LCConfig
+from lc.dispatch import Dispatcher
+from lc.managers.dataset import DatasetManager
+from lc.managers.federatedlearning import FederatedLearningManager
+from lc.managers.forward import ReportForwarder
+from lc.managers.jointinference import JointInferenceManager
+from lc.managers.model import ModelManager
+from lc.metrics import LCMetrics
+from lc.store import Store
+from shared.logs import event
+
+log = logging.getLogger(__name__)
+
+HTTP_SHUTDOWN_TIMEOUT = 10.0
+# Report forwarding only; their trigger logic (sample files, rounds) is a later issue.
+TRAINING_KINDS = ("IncrementalLearningJob", "LifelongLearningJob")
+
+
+class Link(Protocol):
+    """The GM connection, as the LocalController drives it."""
+
+    @property
+    def state(self) -> str:
+        """A short word for /readyz: e.g. "connected", "connecting", "disconnected"."""
+
+    async def run(self) -> None:
+        """Keep the link up until cancelled (the LC owns and cancels this task)."""
+
+
+LinkFactory = Callable[["LocalController"], Link]
+
+
+class LocalController:
+    """One LC: owns the store, managers, HTTP site and link task."""
+
+    def __init__(self, config: LCConfig, *, link_factory: LinkFactory | None = None) -> None:
+        self.config = config
+        self._link_factory = link_factory
+        self.link: Link | None = None
+        self.store: Store | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.metrics = LCMetrics(outbox_size=lambda: self.store.outbox_size if self.store else 0)
+        self._runner: web.AppRunner | None = None
+        self._link_task: asyncio.Task[None] | None = None
+        self.port: int | None = None  # the bound port once started (BIND_PORT may be 0)
+
+    # ---- seam for the link -----------------------------------------------------------
+
+    async def apply_upsert(self, kind: str, namespace: str, name: str, obj: dict[str, Any]) -> None:
+        """A downstream insert/update from the GM."""
+        await self._dispatch().upsert(kind, namespace, name, obj)
+
+    async def apply_delete(self, kind: str, namespace: str, name: str) -> None:
+        """A downstream delete from the GM."""
+        await self._dispatch().delete(kind, namespace, name)
+
+    async def apply_snapshot(self, objects: Iterable[tuple[str, str, str, dict[str, Any]]]) -> None:
+        """The full set of objects this node needs, sent by the GM on (re)connect."""
+        await self._dispatch().snapshot(objects)
+
+    @property
+    def app(self) -> web.Application | None:
+        """The aiohttp application while serving (for introspection and tests)."""
+        return None if self._runner is None else self._runner.app
+
+    def link_state(self) -> str:
+        return "none" if self.link is None else self.link.state
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the store, resume managers, serve HTTP, start the link."""
+        cfg = self.config
+        self.store = await Store.open(cfg.db_path, synchronous=cfg.db_synchronous,
+                                      observe=self.metrics.observe_batch)
+        try:
+            await self._start_managers()
+            await self._start_http()
+        except BaseException:
+            await self.stop()
+            raise
+        if self._link_factory is not None:
+            self.link = self._link_factory(self)
+            self._link_task = asyncio.create_task(self.link.run(), name="lc-link")
+            self._link_task.add_done_callback(_log_link_end)
+
+    async def _start_managers(self) -> None:
+        assert self.store is not None
+        managers = [
+            DatasetManager(self.store, rootfs=self.config.rootfs,
+                           period=self.config.dataset_period),
+            ModelManager(), JointInferenceManager(), FederatedLearningManager(),
+            *(ReportForwarder(kind) for kind in TRAINING_KINDS),
+        ]
+        self.dispatcher = Dispatcher(self.store, managers)
+        resumed = await self.dispatcher.resume()
+        event(log, "state resumed", resources=resumed, outbox=self.store.outbox_size,
+              db=self.config.db_path)
+
+    async def _start_http(self) -> None:
+        assert self.store is not None and self.dispatcher is not None
+        app = build_app(store=self.store, dispatcher=self.dispatcher, metrics_=self.metrics,
+                        link_state=self.link_state)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.bind_address, self.config.bind_port)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        event(log, "serving", address=self.config.bind_address, port=self.port,
+              node=self.config.node_name)
+
+    async def stop(self) -> None:
+        """Ordered shutdown; safe to call more than once and after a failed start."""
+        if self._runner is not None:
+            await self._runner.cleanup()  # stop accepting; in-flight handlers finish
+            self._runner = None
+        if self._link_task is not None:
+            self._link_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._link_task
+            self._link_task = None
+        if self.dispatcher is not None:
+            await self.dispatcher.stop()
+        if self.store is not None:
+            await self.store.close()  # commits what was submitted, then closes
+        event(log, "stopped")
+
+    def _dispatch(self) -> Dispatcher:
+        if self.dispatcher is None:
+            raise RuntimeError("LocalController is not started")
+        return self.dispatcher
+
+
+def _log_link_end(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        event(log, "link stopped with an error", level=logging.ERROR,
+              error=repr(task.exception()))

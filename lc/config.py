@@ -1,0 +1,144 @@
+"""LocalController configuration: one typed loader over the environment.
+
+The LC has no config file. Upstream's variable names (`GM_ADDRESS`, `NODENAME`, `HOSTNAME`,
+`BIND_PORT`, `ROOTFS_MOUNT_DIR`) keep their upstream meaning and defaults so existing
+DaemonSet manifests work unchanged; the rest are ours. lc/README.md has the table.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from lc.errors import ConfigError
+
+DEFAULT_BIND_PORT = 9100
+DEFAULT_ROOTFS = "/rootfs"
+DB_RELATIVE_PATH = "var/lib/sedna/database.db"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
+SYNC_MODES = ("FULL", "NORMAL")
+
+
+@dataclass(frozen=True, slots=True)
+class LCConfig:
+    """Everything the LC reads from its environment, validated."""
+
+    gm_address: str | None  # "host:port" of the GM websocket, None when not configured
+    gm_scheme: str  # "ws" or "wss"
+    gm_token: str | None
+    node_name: str
+    bind_address: str
+    bind_port: int
+    rootfs: str  # host "/" as seen by the LC; "" means no prefix
+    db_path: str
+    db_synchronous: str
+    dataset_period: float
+    log_level: str
+    log_format: str
+
+    @property
+    def gm_url(self) -> str | None:
+        """The websocket URL of the GM, or None when GM_ADDRESS is unset."""
+        if self.gm_address is None:
+            return None
+        return f"{self.gm_scheme}://{self.gm_address}/"
+
+
+def load(env: Mapping[str, str] | None = None) -> LCConfig:
+    """Read and validate the LC configuration from `env` (default: os.environ)."""
+    env = os.environ if env is None else env
+    scheme, gm_address = _gm_address(env.get("GM_ADDRESS", ""))
+    node_name = env.get("NODENAME") or env.get("HOSTNAME") or ""
+    _check_node_name(node_name, needed=gm_address is not None)
+    rootfs = _rootfs(env)
+    return LCConfig(
+        gm_address=gm_address,
+        gm_scheme=scheme,
+        gm_token=env.get("GM_TOKEN") or None,
+        node_name=node_name,
+        bind_address=env.get("BIND_ADDRESS") or "0.0.0.0",
+        bind_port=_port(env.get("BIND_PORT", "")),
+        rootfs=rootfs,
+        db_path=env.get("LC_DB_PATH") or os.path.join(rootfs or "/", DB_RELATIVE_PATH),
+        db_synchronous=_choice(env, "LC_DB_SYNCHRONOUS", "FULL", SYNC_MODES, upper=True),
+        dataset_period=_positive_float(env, "LC_DATASET_PERIOD", 60.0),
+        log_level=_choice(env, "LOG_LEVEL", "info", LOG_LEVELS),
+        log_format=_choice(env, "LOG_FORMAT", "text", LOG_FORMATS),
+    )
+
+
+def _gm_address(raw: str) -> tuple[str, str | None]:
+    """Split GM_ADDRESS into (scheme, host:port); upstream takes bare host:port."""
+    raw = raw.strip()
+    if not raw:
+        return "ws", None
+    scheme = "ws"
+    if "://" in raw:
+        scheme, _, raw = raw.partition("://")
+        if scheme not in ("ws", "wss"):
+            raise ConfigError(f"GM_ADDRESS: scheme must be ws or wss, got {scheme!r}")
+        raw = raw.rstrip("/")
+    host, sep, port = raw.rpartition(":")
+    if not sep or not host or host in ("[", "[]"):
+        raise ConfigError(f"GM_ADDRESS must be host:port, got {raw!r}")
+    _port_number("GM_ADDRESS port", port, allow_zero=False)
+    return scheme, raw
+
+
+def _check_node_name(name: str, *, needed: bool) -> None:
+    if any(c.isspace() or ord(c) < 32 for c in name):
+        raise ConfigError(f"NODENAME must not contain whitespace or control characters: {name!r}")
+    if needed and not name:
+        raise ConfigError("NODENAME (or HOSTNAME) must be set when GM_ADDRESS is set")
+
+
+def _rootfs(env: Mapping[str, str]) -> str:
+    # Upstream: "/rootfs" only when unset; an explicitly empty value means no prefix.
+    rootfs = env.get("ROOTFS_MOUNT_DIR")
+    if rootfs is None:
+        return DEFAULT_ROOTFS
+    if rootfs and not os.path.isabs(rootfs):
+        raise ConfigError(f"ROOTFS_MOUNT_DIR must be an absolute path, got {rootfs!r}")
+    return rootfs.rstrip("/") if rootfs not in ("", "/") else ""
+
+
+def _port(raw: str) -> int:
+    # Upstream: 9100 when unset or empty.
+    if raw.strip() == "":
+        return DEFAULT_BIND_PORT
+    return _port_number("BIND_PORT", raw, allow_zero=True)
+
+
+def _port_number(what: str, raw: str, *, allow_zero: bool) -> int:
+    try:
+        port = int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{what} must be a number, got {raw!r}") from None
+    low = 0 if allow_zero else 1
+    if not low <= port <= 65535:
+        raise ConfigError(f"{what} must be between {low} and 65535, got {port}")
+    return port
+
+
+def _choice(env: Mapping[str, str], key: str, default: str, allowed: tuple[str, ...],
+            *, upper: bool = False) -> str:
+    raw = env.get(key) or default
+    value = raw.strip().upper() if upper else raw.strip().lower()
+    if value not in allowed:
+        raise ConfigError(f"{key} must be one of {', '.join(allowed)}, got {raw!r}")
+    return value
+
+
+def _positive_float(env: Mapping[str, str], key: str, default: float) -> float:
+    raw = env.get(key, "")
+    if raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{key} must be a number of seconds, got {raw!r}") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise ConfigError(f"{key} must be a positive finite number, got {raw!r}")
+    return value

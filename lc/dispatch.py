@@ -1,0 +1,150 @@
+"""Routing between the outside world and the managers: worker reports and GM objects.
+
+Worker reports are routed by `ownerKind`. Upstream drops reports whose ownerKind names no
+manager, which loses every federated-learning report (its Python library sends
+"default"); here such a report is matched by namespace and owner name against the jobs
+this node holds, and if none matches yet it is kept as the worker's last report and
+routed as soon as the GM sends the matching job. Downstream objects are written to the
+store first and then handed to their manager, so a restarted LC replays them (`resume`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+from lc.errors import ReportError, ResourceError
+from lc.managers.base import Manager, Outgoing
+from lc.report import WorkerReport
+from lc.store import Store, WorkerRecord
+from proto.kinds import canonical_kind
+from shared.logs import event
+
+log = logging.getLogger(__name__)
+
+Route = Literal["forwarded", "ignored", "unrouted"]
+ResourceKey = tuple[str, str, str]
+
+
+class Dispatcher:
+    """Hands worker reports and downstream objects to the manager of their kind."""
+
+    def __init__(self, store: Store, managers: Iterable[Manager]) -> None:
+        self._store = store
+        self._managers: Mapping[str, Manager] = {m.kind: m for m in managers}
+        # Kinds a report with an unknown ownerKind may belong to, in match order.
+        self._job_kinds = tuple(k for k, m in self._managers.items() if m.takes_reports)
+
+    def manager(self, kind: str) -> Manager | None:
+        return self._managers.get(canonical_kind(kind))
+
+    # ---- worker reports --------------------------------------------------------------
+
+    async def handle_report(self, report: WorkerReport) -> Route:
+        """Route and durably store one validated report; returns where it went."""
+        _require_owner(report)
+        manager = self.manager(report.owner_kind) if report.owner_kind else None
+        if manager is None:
+            manager = await self._match_owner(report)
+        if manager is None:
+            await self._store.record_report(report.to_json(), routed_kind=None, entries=[])
+            event(log, "report kept until its job is known", worker=report.name,
+                  key=f"{report.namespace}/{report.owner_name}", owner_kind=report.owner_kind)
+            return "unrouted"
+        entries = manager.report_entries(report, namespace=report.namespace,
+                                         name=report.owner_name)
+        await self._store.record_report(report.to_json(), routed_kind=manager.kind,
+                                        entries=[tuple(e) for e in entries])
+        return "forwarded" if entries else "ignored"
+
+    async def _match_owner(self, report: WorkerReport) -> Manager | None:
+        """The one job kind this node holds under the report's namespace/ownerName."""
+        found = [kind for kind in self._job_kinds
+                 if await self._store.get_resource(kind, report.namespace, report.owner_name)
+                 is not None]
+        if len(found) > 1:
+            event(log, "report owner is ambiguous", level=logging.WARNING, worker=report.name,
+                  key=f"{report.namespace}/{report.owner_name}", kinds=",".join(found))
+        return self._managers[found[0]] if len(found) == 1 else None
+
+    async def _route_waiting(self, manager: Manager, namespace: str, name: str) -> None:
+        """Forward reports that arrived before this job did."""
+        for record in await self._store.unrouted(namespace, name):
+            report = _report_of(record)
+            entries = manager.report_entries(report, namespace=namespace, name=name)
+            routed = await self._store.route_worker(
+                record.namespace, record.name, record.received_at, routed_kind=manager.kind,
+                entries=[tuple(e) for e in entries])
+            if routed:
+                event(log, "waiting report routed", worker=record.name,
+                      key=f"{namespace}/{name}", kind=manager.kind)
+
+    # ---- downstream objects ----------------------------------------------------------
+
+    async def upsert(self, kind: str, namespace: str, name: str, obj: dict[str, Any]) -> None:
+        """Persist the GM's latest version of an object, then apply it."""
+        manager = self._checked(kind, namespace, name)
+        await self._store.put_resource(manager.kind, namespace, name, obj)
+        await self._apply(manager, namespace, name, obj)
+
+    async def delete(self, kind: str, namespace: str, name: str) -> None:
+        """Forget an object this node no longer needs."""
+        manager = self._checked(kind, namespace, name)
+        await self._store.delete_resource(manager.kind, namespace, name)
+        await manager.delete(namespace, name)
+
+    async def snapshot(self, objects: Iterable[tuple[str, str, str, dict[str, Any]]]) -> None:
+        """Make the node's objects exactly `objects` (after a (re)connect to the GM)."""
+        keep: set[ResourceKey] = set()
+        for kind, namespace, name, obj in objects:
+            await self.upsert(kind, namespace, name, obj)
+            keep.add((canonical_kind(kind), namespace, name))
+        for kind, namespace, name, _ in await self._store.list_resources():
+            if (kind, namespace, name) not in keep:
+                await self.delete(kind, namespace, name)
+
+    async def resume(self) -> int:
+        """Re-apply every stored object (start-up); returns how many."""
+        stored = await self._store.list_resources()
+        for kind, namespace, name, obj in stored:
+            manager = self._managers.get(kind)
+            if manager is not None:
+                await self._apply(manager, namespace, name, obj)
+        return len(stored)
+
+    async def stop(self) -> None:
+        for manager in self._managers.values():
+            await manager.stop()
+
+    async def _apply(self, manager: Manager, namespace: str, name: str,
+                     obj: dict[str, Any]) -> None:
+        await manager.upsert(namespace, name, obj)
+        if manager.takes_reports:
+            await self._route_waiting(manager, namespace, name)
+
+    def _checked(self, kind: str, namespace: str, name: str) -> Manager:
+        manager = self.manager(kind)
+        if manager is None:
+            raise ResourceError(f"kind {kind!r} is not handled by this LC")
+        if not namespace or not name:
+            raise ResourceError(f"{kind} object needs a namespace and a name")
+        return manager
+
+
+def _require_owner(report: WorkerReport) -> None:
+    missing = [key for key, value in (("namespace", report.namespace),
+                                      ("ownerName", report.owner_name)) if not value]
+    if missing:
+        raise ReportError(f"worker(name={report.name}) report lacks {' and '.join(missing)}",
+                          reason="missing_owner")
+
+
+def _report_of(record: WorkerRecord) -> WorkerReport:
+    r = record.report
+    return WorkerReport(name=r["name"], namespace=r["namespace"], owner_name=r["ownerName"],
+                        owner_kind=r["ownerKind"], kind=r["kind"], status=r["status"],
+                        owner_info=r["ownerInfo"], results=r["results"])
+
+
+__all__ = ["Dispatcher", "Outgoing", "Route"]

@@ -1,0 +1,39 @@
+"""The LC's Prometheus metrics, registered up front so they show before the first event."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from shared.metrics import Counter, Gauge, Histogram, Registry
+
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+ROUTES = ("forwarded", "ignored", "unrouted")
+
+
+class LCMetrics:
+    """Every metric the LC exports, on one registry (one per LocalController)."""
+
+    def __init__(self, *, outbox_size: Callable[[], float]) -> None:
+        self.registry = Registry()
+        r = self.registry
+        self.reports_accepted: Counter = r.counter(
+            "sedna_lc_reports_accepted_total", "Worker reports answered 200, by route.", ["route"])
+        self.reports_rejected: Counter = r.counter(
+            "sedna_lc_reports_rejected_total", "Worker reports refused, by reason.", ["reason"])
+        self.report_seconds: Histogram = r.histogram(
+            "sedna_lc_report_seconds", "Time from request to reply for accepted reports.")
+        self.commit_seconds: Histogram = r.histogram(
+            "sedna_lc_store_commit_seconds", "Duration of one group-commit transaction.")
+        self.batch_size: Histogram = r.histogram(
+            "sedna_lc_store_commit_batch_size", "Writes per group-commit transaction.",
+            buckets=BATCH_BUCKETS)
+        self.outbox_size: Gauge = r.gauge(
+            "sedna_lc_outbox_size", "Reports committed and not yet acked by the GM.",
+            fn=outbox_size)
+        for route in ROUTES:
+            self.reports_accepted.inc(route, amount=0)
+
+    def observe_batch(self, size: int, seconds: float) -> None:
+        """Group-commit observer: one call per committed transaction."""
+        self.batch_size.observe(size)
+        self.commit_seconds.observe(seconds)

@@ -1,0 +1,99 @@
+"""The OpenAPI 3 description of the LC's HTTP API, served at GET /openapi.json.
+
+Hand-written to match lc/api.py; tests/unit/test_lc_api.py checks that every route the
+app serves is described and that documented status codes are the ones handlers return.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAX_BODY = 1 << 20
+
+_STATUS_MESSAGE = {
+    "type": "object",
+    "required": ["Status", "Message"],
+    "properties": {"Status": {"type": "integer"}, "Message": {"type": "string"}},
+}
+
+_REPORT = {
+    "type": "object",
+    "description": "Keys match case-insensitively; unknown keys are ignored; bytes after "
+                   "the first JSON value are ignored (upstream-compatible).",
+    "required": ["name", "namespace", "ownerName"],
+    "properties": {
+        "name": {"type": "string", "description": "Must equal the {name} path segment."},
+        "namespace": {"type": "string", "minLength": 1},
+        "ownerName": {"type": "string", "minLength": 1},
+        "ownerKind": {"type": "string", "description": "Lower-case job kind, e.g. "
+                      "jointinferenceservice; missing or unknown kinds are matched by "
+                      "namespace/ownerName against jobs on this node."},
+        "kind": {"type": "string", "description": "Worker phase: train, eval, deploy, inference."},
+        "status": {"type": "string"},
+        "ownerInfo": {"type": ["object", "null"]},
+        "results": {"type": ["array", "null"], "items": {"type": ["object", "null"]}},
+    },
+}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/StatusMessage"}}}}
+
+
+def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+_REPORT_OP = {
+    "summary": "Report a worker's status (upstream Sedna worker API).",
+    "operationId": "reportWorker",
+    "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
+    "requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"$ref": "#/components/schemas/WorkerReport"}}}},
+    "responses": {
+        "200": _error("Committed durably to the outbox."),
+        "400": _error("Malformed JSON, wrong field type, name mismatch or missing owner."),
+        "406": _error("Accept header excludes JSON."),
+        "413": _error(f"Body larger than {MAX_BODY} bytes."),
+        "415": _error("Content-Type is not JSON."),
+        "503": _error("The report could not be committed; retry."),
+    },
+}
+
+_WORKERS = {"type": "object", "properties": {"workers": {"type": "array", "items": {
+    "type": "object",
+    "properties": {"namespace": {"type": "string"}, "name": {"type": "string"},
+                   "ownerKind": {"type": "string"}, "ownerName": {"type": "string"},
+                   "receivedAt": {"type": "string", "format": "date-time"},
+                   "routedKind": {"type": ["string", "null"]},
+                   "report": {"$ref": "#/components/schemas/WorkerReport"}}}}}}
+
+_HEALTH = {"type": "object", "properties": {"status": {"type": "string"},
+                                            "db": {"type": "string"}, "link": {"type": "string"}}}
+
+DOCUMENT: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {"title": "sedna-py LocalController", "version": "1",
+             "description": "Worker report API and operational endpoints of the LC."},
+    "paths": {
+        "/sedna/workers/{name}/info": {"post": _REPORT_OP},
+        "/sedna/workers": {"get": {"summary": "Last report of every worker.",
+                                   "operationId": "listWorkers",
+                                   "responses": {"200": _json("Workers.", _WORKERS),
+                                                 "503": _error("Store unavailable.")}}},
+        "/healthz": {"get": {"summary": "The process is serving.", "operationId": "healthz",
+                             "responses": {"200": _json("Alive.", _HEALTH)}}},
+        "/readyz": {"get": {"summary": "The store answers; link state is informative.",
+                            "operationId": "readyz",
+                            "responses": {"200": _json("Ready.", _HEALTH),
+                                          "503": _json("Not ready.", _HEALTH)}}},
+        "/metrics": {"get": {"summary": "Prometheus metrics.", "operationId": "metrics",
+                             "responses": {"200": {"description": "Text exposition format.",
+                                                   "content": {"text/plain": {}}}}}},
+        "/openapi.json": {"get": {"summary": "This document.", "operationId": "openapi",
+                                  "responses": {"200": _json("OpenAPI 3 document.",
+                                                             {"type": "object"})}}},
+    },
+    "components": {"schemas": {"StatusMessage": _STATUS_MESSAGE, "WorkerReport": _REPORT}},
+}

@@ -1,0 +1,419 @@
+"""The LC's durable state in SQLite: resources from the GM, the outbox, job state, workers.
+
+Why SQLite and how it is used:
+- Resources the GM sent are kept so a restarted LC resumes its dataset monitors and job
+  routing before (or without) reaching the GM.
+- The outbox holds every report meant for the GM under a monotonic sequence number
+  (AUTOINCREMENT, so a number is never reused after acked rows are deleted); the link
+  sends `pending(...)` and deletes with `ack(...)` once the GM applied them.
+- journal_mode=WAL with synchronous=FULL by default: a worker is answered 200 only after
+  its report is committed, and FULL makes a commit survive power loss, not just a process
+  crash (NORMAL in WAL mode may lose the last commits on power failure). Edge nodes lose
+  power; group commit (lc/groupcommit.py) shares one fsync among all reports that
+  arrive together, so FULL costs little throughput. LC_DB_SYNCHRONOUS=NORMAL trades that
+  guarantee for latency.
+- Every SQLite call runs on one dedicated thread with its own connection, never on the
+  event loop. Tables are prefixed `lc_` so the file can coexist with the `resources`
+  table an upstream LC may have left at the same default path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from lc.errors import StoreClosedError, StoreCorruptError, StoreError, StoreOpenError
+from lc.groupcommit import BatchObserver, GroupCommitter, Op
+
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS lc_resources (
+    kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,
+    object TEXT NOT NULL, updated_at REAL NOT NULL,
+    PRIMARY KEY (kind, namespace, name)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS lc_outbox (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,
+    body TEXT NOT NULL, created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS lc_job_state (
+    kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,
+    state TEXT NOT NULL, updated_at REAL NOT NULL,
+    PRIMARY KEY (kind, namespace, name)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS lc_workers (
+    namespace TEXT NOT NULL, name TEXT NOT NULL,
+    owner_kind TEXT NOT NULL, owner_name TEXT NOT NULL,
+    report TEXT NOT NULL, received_at REAL NOT NULL, routed_kind TEXT,
+    PRIMARY KEY (namespace, name)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS lc_workers_owner ON lc_workers (namespace, owner_name);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxEntry:
+    """One report waiting for the GM's ack."""
+
+    seq: int
+    kind: str
+    namespace: str
+    name: str
+    body: Any
+    created_at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry as the plain dict the link encodes."""
+        return {"seq": self.seq, "kind": self.kind, "namespace": self.namespace,
+                "name": self.name, "body": self.body}
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    """The last report of one worker and where it was routed (None: not yet)."""
+
+    namespace: str
+    name: str
+    owner_kind: str
+    owner_name: str
+    report: dict[str, Any]
+    received_at: float
+    routed_kind: str | None
+
+
+def encode(value: Any) -> str:
+    """JSON text for a stored value (orjson; non-string keys and big ints via json)."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError as exc:
+        raise StoreError(f"value cannot be stored as JSON: {exc}") from None
+
+
+class Store:
+    """Async facade over the SQLite file; open with `await Store.open(path)`."""
+
+    def __init__(self, path: str, executor: ThreadPoolExecutor, conn: sqlite3.Connection,
+                 *, observe: BatchObserver | None) -> None:
+        self.path = path
+        self._executor = executor
+        self._conn = conn
+        self._committer = GroupCommitter(self._run_batch, executor, observe=observe)
+        self._outbox_changed = asyncio.Condition()
+        self._outbox_size = 0
+        self._last_seq = 0
+        self._open = True
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, path: str, *, synchronous: str = "FULL",
+                   observe: BatchObserver | None = None) -> Store:
+        """Open (creating if needed) and check the database; raise a StoreError if unusable."""
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lc-store")
+        loop = asyncio.get_running_loop()
+        try:
+            conn = await loop.run_in_executor(executor, _connect, path, synchronous)
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        store = cls(path, executor, conn, observe=observe)
+        store._outbox_size, store._last_seq = await store._read(_outbox_counts)
+        store._committer.start()
+        return store
+
+    @property
+    def is_open(self) -> bool:
+        return self._open
+
+    async def close(self) -> None:
+        """Commit what was already submitted, then close the connection and its thread."""
+        if not self._open:
+            return
+        self._open = False
+        await self._committer.close()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._conn.close)
+        self._executor.shutdown(wait=True)
+
+    async def ping(self) -> None:
+        """Round-trip a trivial query through the DB thread (readiness)."""
+        await self._read(lambda c: c.execute("SELECT 1").fetchone())
+
+    @property
+    def transactions(self) -> int:
+        """How many group-commit transactions have committed (for tests and metrics)."""
+        return self._committer.batches
+
+    # ---- outbox ----------------------------------------------------------------------
+
+    @property
+    def outbox_size(self) -> int:
+        return self._outbox_size
+
+    @property
+    def last_seq(self) -> int:
+        """The highest sequence number ever committed to the outbox."""
+        return self._last_seq
+
+    async def append_report(self, kind: str, namespace: str, name: str, body: Any) -> int:
+        """Durably append one report for the GM; returns its sequence number."""
+        seqs = await self.write(_append_op([(kind, namespace, name, encode(body))]))
+        await self._published(seqs)
+        return seqs[0]
+
+    async def write(self, op: Op) -> Any:
+        """Run `op(conn)` in the next group-commit transaction; return its result."""
+        if not self._open:
+            raise StoreClosedError("store is closed")
+        return await self._committer.submit(op)
+
+    async def _published(self, seqs: list[int]) -> None:
+        """Account for committed outbox rows and wake whoever waits for them."""
+        if not seqs:
+            return
+        self._outbox_size += len(seqs)
+        self._last_seq = max(self._last_seq, seqs[-1])
+        async with self._outbox_changed:
+            self._outbox_changed.notify_all()
+
+    async def pending(self, after_seq: int = 0, limit: int = 100) -> list[OutboxEntry]:
+        """Unacked entries with seq > after_seq, oldest first."""
+        rows = await self._read(lambda c: c.execute(
+            "SELECT seq, kind, namespace, name, body, created_at FROM lc_outbox "
+            "WHERE seq > ? ORDER BY seq LIMIT ?", (after_seq, limit)).fetchall())
+        return [OutboxEntry(r[0], r[1], r[2], r[3], orjson.loads(r[4]), r[5]) for r in rows]
+
+    async def ack(self, upto: int) -> int:
+        """Drop every entry with seq <= upto (cumulative ack); returns how many went."""
+        deleted = await self.write(
+            lambda c: c.execute("DELETE FROM lc_outbox WHERE seq <= ?", (upto,)).rowcount)
+        self._outbox_size -= deleted
+        return deleted
+
+    async def ack_one(self, seq: int) -> bool:
+        """Drop the single entry `seq`; True if it was there."""
+        deleted = await self.write(
+            lambda c: c.execute("DELETE FROM lc_outbox WHERE seq = ?", (seq,)).rowcount)
+        self._outbox_size -= deleted
+        return deleted == 1
+
+    async def wait_outbox(self, after_seq: int, within: float | None = None) -> bool:
+        """Wait up to `within` seconds for an entry with seq > after_seq; False if none came."""
+        if self._last_seq > after_seq:
+            return True
+        async with self._outbox_changed:
+            try:
+                await asyncio.wait_for(
+                    self._outbox_changed.wait_for(lambda: self._last_seq > after_seq), within)
+            except TimeoutError:
+                return False
+        return True
+
+    # ---- workers ---------------------------------------------------------------------
+
+    async def record_report(self, report: dict[str, Any], *, routed_kind: str | None,
+                            entries: list[tuple[str, str, str, Any]]) -> list[int]:
+        """Store a worker's last report and its outbox entries in one transaction."""
+        rows = [(k, ns, n, encode(body)) for k, ns, n, body in entries]
+        worker = (report["namespace"], report["name"], report["ownerKind"],
+                  report["ownerName"], encode(report), time.time(), routed_kind)
+
+        def op(conn: sqlite3.Connection) -> list[int]:
+            conn.execute("INSERT OR REPLACE INTO lc_workers VALUES (?,?,?,?,?,?,?)", worker)
+            return _append_op(rows)(conn)
+
+        seqs = await self.write(op)
+        await self._published(seqs)
+        return seqs
+
+    async def route_worker(self, namespace: str, name: str, received_at: float, *,
+                           routed_kind: str, entries: list[tuple[str, str, str, Any]]) -> bool:
+        """Mark a stored report routed and append its entries, unless a newer one replaced it."""
+        rows = [(k, ns, n, encode(body)) for k, ns, n, body in entries]
+
+        def op(conn: sqlite3.Connection) -> list[int]:
+            cur = conn.execute(
+                "UPDATE lc_workers SET routed_kind = ? WHERE namespace = ? AND name = ? "
+                "AND received_at = ? AND routed_kind IS NULL",
+                (routed_kind, namespace, name, received_at))
+            return _append_op(rows)(conn) if cur.rowcount == 1 else []
+
+        seqs = await self.write(op)
+        await self._published(seqs)
+        return bool(seqs) or not rows
+
+    async def workers(self) -> list[WorkerRecord]:
+        """The last report of every worker, by namespace and name."""
+        rows = await self._read(lambda c: c.execute(
+            "SELECT * FROM lc_workers ORDER BY namespace, name").fetchall())
+        return [_worker(r) for r in rows]
+
+    async def unrouted(self, namespace: str, owner_name: str) -> list[WorkerRecord]:
+        """Stored reports for this owner that no manager has taken yet."""
+        rows = await self._read(lambda c: c.execute(
+            "SELECT * FROM lc_workers WHERE namespace = ? AND owner_name = ? "
+            "AND routed_kind IS NULL ORDER BY received_at", (namespace, owner_name)).fetchall())
+        return [_worker(r) for r in rows]
+
+    # ---- resources -------------------------------------------------------------------
+
+    async def put_resource(self, kind: str, namespace: str, name: str, obj: Any) -> None:
+        """Insert or replace the object the GM sent for (kind, namespace, name)."""
+        row = (kind, namespace, name, encode(obj), time.time())
+        await self.write(lambda c: c.execute(
+            "INSERT OR REPLACE INTO lc_resources VALUES (?,?,?,?,?)", row))
+
+    async def delete_resource(self, kind: str, namespace: str, name: str) -> bool:
+        """Forget a resource and its job state; True if it was known."""
+        key = (kind, namespace, name)
+
+        def op(conn: sqlite3.Connection) -> bool:
+            conn.execute("DELETE FROM lc_job_state WHERE kind=? AND namespace=? AND name=?", key)
+            return conn.execute("DELETE FROM lc_resources WHERE kind=? AND namespace=? "
+                                "AND name=?", key).rowcount == 1
+
+        return await self.write(op)
+
+    async def get_resource(self, kind: str, namespace: str, name: str) -> Any | None:
+        row = await self._read(lambda c: c.execute(
+            "SELECT object FROM lc_resources WHERE kind=? AND namespace=? AND name=?",
+            (kind, namespace, name)).fetchone())
+        return None if row is None else orjson.loads(row[0])
+
+    async def list_resources(self, kind: str | None = None) -> list[tuple[str, str, str, Any]]:
+        """(kind, namespace, name, object) of every stored resource, optionally one kind."""
+        sql = "SELECT kind, namespace, name, object FROM lc_resources"
+        args: tuple[str, ...] = ()
+        if kind is not None:
+            sql, args = sql + " WHERE kind = ?", (kind,)
+        rows = await self._read(lambda c: c.execute(sql + " ORDER BY 1, 2, 3", args).fetchall())
+        return [(r[0], r[1], r[2], orjson.loads(r[3])) for r in rows]
+
+    # ---- job state -------------------------------------------------------------------
+
+    async def put_state(self, kind: str, namespace: str, name: str, state: Any) -> None:
+        """Persist a manager's small per-job state (e.g. the last reported sample count)."""
+        row = (kind, namespace, name, encode(state), time.time())
+        await self.write(lambda c: c.execute(
+            "INSERT OR REPLACE INTO lc_job_state VALUES (?,?,?,?,?)", row))
+
+    async def get_state(self, kind: str, namespace: str, name: str) -> Any | None:
+        row = await self._read(lambda c: c.execute(
+            "SELECT state FROM lc_job_state WHERE kind=? AND namespace=? AND name=?",
+            (kind, namespace, name)).fetchone())
+        return None if row is None else orjson.loads(row[0])
+
+    # ---- thread side -----------------------------------------------------------------
+
+    async def _read(self, fn: Op) -> Any:
+        if not self._open:
+            raise StoreClosedError("store is closed")
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, fn, self._conn)
+        except sqlite3.Error as exc:
+            raise StoreError(f"read failed: {exc}") from None
+
+    def _run_batch(self, ops: list[Op]) -> list[Any]:
+        """One transaction; each op in a savepoint so one failing op spares the others."""
+        conn = self._conn
+        results: list[Any] = []
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for op in ops:
+                results.append(_run_in_savepoint(conn, op))
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return results
+
+
+def _run_in_savepoint(conn: sqlite3.Connection, op: Op) -> Any:
+    conn.execute("SAVEPOINT op")
+    try:
+        result = op(conn)
+    except (sqlite3.Error, StoreError, ValueError, TypeError, KeyError) as exc:
+        conn.execute("ROLLBACK TO op")
+        conn.execute("RELEASE op")
+        return exc if isinstance(exc, StoreError) else StoreError(f"write failed: {exc}")
+    conn.execute("RELEASE op")
+    return result
+
+
+def _append_op(rows: list[tuple[str, str, str, str]]) -> Op:
+    def op(conn: sqlite3.Connection) -> list[int]:
+        now = time.time()
+        seqs = []
+        for kind, namespace, name, body in rows:
+            cur = conn.execute("INSERT INTO lc_outbox (kind, namespace, name, body, created_at) "
+                               "VALUES (?,?,?,?,?)", (kind, namespace, name, body, now))
+            seqs.append(cur.lastrowid)
+        return seqs
+    return op
+
+
+def _outbox_counts(conn: sqlite3.Connection) -> tuple[int, int]:
+    size = conn.execute("SELECT COUNT(*) FROM lc_outbox").fetchone()[0]
+    row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'lc_outbox'").fetchone()
+    return size, (row[0] if row else 0)
+
+
+def _worker(row: tuple[Any, ...]) -> WorkerRecord:
+    return WorkerRecord(row[0], row[1], row[2], row[3], orjson.loads(row[4]), row[5], row[6])
+
+
+def _connect(path: str, synchronous: str) -> sqlite3.Connection:
+    """Open, configure, check and migrate the database (runs on the DB thread)."""
+    _prepare_file(path)
+    try:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=True)
+    except sqlite3.Error as exc:
+        raise StoreOpenError(f"cannot open database {path}: {exc}") from None
+    try:
+        _configure(conn, path, synchronous)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _prepare_file(path: str) -> None:
+    """Create the parent directory and an owner-only file: objects may carry credentials."""
+    if os.path.isdir(path):
+        raise StoreOpenError(f"cannot open database {path}: it is a directory")
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename and exc.filename != path else ""
+        raise StoreOpenError(f"cannot open database {path}: {exc.strerror}{where}") from None
+
+
+def _configure(conn: sqlite3.Connection, path: str, synchronous: str) -> None:
+    try:
+        conn.execute("PRAGMA busy_timeout = 5000")
+        check = conn.execute("PRAGMA quick_check").fetchone()[0]
+        if check != "ok":
+            raise StoreCorruptError(f"database {path} failed its integrity check: {check}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        _migrate(conn, path)
+    except sqlite3.OperationalError as exc:  # locked, read-only, cannot open
+        raise StoreOpenError(f"cannot open database {path}: {exc}") from None
+    except sqlite3.DatabaseError as exc:  # not a database, malformed image
+        raise StoreCorruptError(f"database {path} is corrupt: {exc}") from None
+
+
+def _migrate(conn: sqlite3.Connection, path: str) -> None:
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise StoreOpenError(f"database {path} has schema version {version}; this LC "
+                             f"understands up to {SCHEMA_VERSION}")
+    conn.executescript(_SCHEMA)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -1,0 +1,100 @@
+"""Native codec: one binary msgpack map per websocket frame.
+
+Layout: `{"op": str, "seq": int, "kind": str, "namespace": str, "name": str, "body": map}`;
+`op` and `seq` are always present, the other keys only when non-empty. Bodies are maps
+of JSON-like values (no bytes, no extension types), so whatever crosses the wire can be
+written to the Kubernetes API or SQLite as JSON without a second check.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from proto.errors import DecodeError, EncodeError, FrameTooLarge, InvalidFrame
+from proto.message import MAX_FRAME_BYTES, Message, Op, parse_op
+
+_FIELDS = frozenset({"op", "seq", "kind", "namespace", "name", "body"})
+_MAX_DEPTH = 100
+
+
+def encode_native(msg: Message, *, max_bytes: int = MAX_FRAME_BYTES) -> bytes:
+    """The binary frame for `msg`; EncodeError or FrameTooLarge when it cannot be sent."""
+    frame: dict[str, Any] = {"op": str(msg.op), "seq": msg.seq}
+    for field in ("kind", "namespace", "name"):
+        value = getattr(msg, field)
+        if value:
+            frame[field] = value
+    if msg.body is not None:
+        frame["body"] = msg.body if isinstance(msg.body, dict) else dict(msg.body)
+    try:
+        data = msgpack.packb(frame, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise EncodeError(f"cannot encode {msg.op} {msg.kind} {msg.namespace}/{msg.name}: {exc}") from exc
+    if len(data) > max_bytes:
+        raise FrameTooLarge(len(data), max_bytes)
+    return data
+
+
+def decode_native(data: bytes | bytearray | memoryview | str, *, max_bytes: int = MAX_FRAME_BYTES) -> Message:
+    """The Message in a binary frame; a typed ProtocolError says what is wrong otherwise."""
+    if isinstance(data, str):
+        raise DecodeError("native frames are binary msgpack, got a text frame")
+    if len(data) > max_bytes:
+        raise FrameTooLarge(len(data), max_bytes)
+    frame = _unpack(data)
+    if not isinstance(frame, dict):
+        raise DecodeError(f"a frame must be a msgpack map, got {type(frame).__name__}")
+    extra = set(frame) - _FIELDS
+    if extra:
+        raise InvalidFrame(f"unknown frame fields {sorted(extra)}")
+    if "op" not in frame:
+        raise InvalidFrame("frame has no op")
+    body = frame.get("body")
+    if body is not None:
+        check_json_like(body, "body")
+    msg = Message(
+        parse_op(frame["op"]),
+        frame.get("seq", 0),
+        frame.get("kind", ""),
+        frame.get("namespace", ""),
+        frame.get("name", ""),
+        body,
+    )
+    if msg.op is Op.STATUS and msg.seq < 1:
+        raise InvalidFrame("a native status needs a seq >= 1 so it can be acknowledged")
+    return msg
+
+
+def _reject_ext(code: int, data: bytes) -> Any:
+    raise DecodeError(f"msgpack extension type {code} is not allowed")
+
+
+def _unpack(data: bytes | bytearray | memoryview) -> Any:
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=True, ext_hook=_reject_ext)
+    except DecodeError:
+        raise
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        # ExtraData, FormatError, StackError and bad UTF-8 all derive from these.
+        raise DecodeError(f"not a msgpack frame: {exc}") from exc
+
+
+def check_json_like(value: Any, path: str, depth: int = 0) -> None:
+    """Raise InvalidFrame unless `value` is made of maps with string keys, lists and scalars."""
+    if depth > _MAX_DEPTH:
+        raise InvalidFrame(f"{path} is nested deeper than {_MAX_DEPTH} levels")
+    if value is None or isinstance(value, bool | int | float | str):
+        return
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            check_json_like(item, f"{path}[{i}]", depth + 1)
+        return
+    if isinstance(value, dict):
+        for k, item in value.items():
+            if not isinstance(k, str):
+                raise InvalidFrame(f"{path} has a non-string key {k!r}")
+            check_json_like(item, f"{path}.{k}", depth + 1)
+        return
+    raise InvalidFrame(f"{path} holds a {type(value).__name__}, which JSON cannot carry")

@@ -1,0 +1,78 @@
+"""Fixtures for the GM end to end: the dev cluster with the Sedna CRDs, and a running GM."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gm.app import GlobalManager
+from gm.config import parse_config
+from gm.kube.client import KubeClient
+from gm.kube.config import ClientSettings
+from shared import apis
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def install_crds(dc) -> None:
+    """Register every Sedna CRD the way `kubectl apply -f charts/sedna/crds` would."""
+    rt = dc.store.registry.lookup(group="apiextensions.k8s.io", version="v1",
+                                  resource="customresourcedefinitions")
+    for crd in apis.crd_manifests():
+        dc.store.create(rt, None, crd)
+
+
+def load_example(name: str) -> list[dict]:
+    with open(REPO / "examples" / "upstream" / name, encoding="utf-8") as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+
+@pytest.fixture
+async def sedna_cluster(cluster):
+    install_crds(cluster)
+    return cluster
+
+
+def gm_config(kubeconfig: Path, **extra) -> str:
+    lines = [f"kubeConfig: {kubeconfig}", "websocket: {address: 127.0.0.1, port: 0}",
+             "minResyncPeriodSeconds: 30", "workers: 2", "kubeClient: {qps: 500, burst: 1000}"]
+    lines += [f"{k}: {v}" for k, v in extra.items()]
+    return "\n".join(lines)
+
+
+@pytest.fixture
+async def start_gm(sedna_cluster, tmp_path):
+    """Start a GM against the dev cluster (call again after stopping to restart it)."""
+    started: list[GlobalManager] = []
+
+    async def start(**extra) -> GlobalManager:
+        gm = GlobalManager(parse_config(gm_config(tmp_path / "kubeconfig", **extra)))
+        await gm.start()
+        started.append(gm)
+        return gm
+
+    yield start
+    for gm in started:
+        await gm.stop()
+
+
+@pytest.fixture
+async def gm(start_gm):
+    return await start_gm()
+
+
+@pytest.fixture
+async def api(sedna_cluster, tmp_path):
+    """A plain API client for the test's own reads and writes (what a user's tooling does)."""
+    client = await KubeClient.connect(ClientSettings(kubeconfig=str(tmp_path / "kubeconfig"), qps=0))
+    yield client
+    await client.close()
+
+
+def renamed(obj: dict, name: str) -> dict:
+    out = copy.deepcopy(obj)
+    out["metadata"]["name"] = name
+    return out

@@ -1,0 +1,546 @@
+"""GM websocket hub against real websocket clients on a random port (native and upstream mode)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import WSMsgType, web
+
+import proto
+from gm.hub import Hub, ReportDeferred, ReportInvalid
+from proto import SUBPROTOCOL, Message, ObjKey, Op, decode_native, encode_native
+
+NODE = "edge-1"
+OTHER = "edge-2"
+TIMEOUT = 5.0
+
+
+class MemSource:
+    """The GM's view of which objects each node needs, held in dicts."""
+
+    def __init__(self) -> None:
+        self.by_node: dict[str, dict[ObjKey, dict[str, Any]]] = {}
+
+    def put(self, node: str, kind: str, name: str, obj: dict[str, Any], namespace: str = "default") -> None:
+        self.by_node.setdefault(node, {})[(kind, namespace, name)] = obj
+
+    def remove(self, node: str, kind: str, name: str, namespace: str = "default") -> None:
+        del self.by_node[node][(kind, namespace, name)]
+
+    def objects_for_node(self, node: str) -> list[tuple[str, str, str, Mapping[str, Any]]]:
+        return [(*key, obj) for key, obj in self.by_node.get(node, {}).items()]
+
+    def is_assigned(self, node: str, kind: str, namespace: str, name: str) -> bool:
+        return (kind, namespace, name) in self.by_node.get(node, {})
+
+
+class MemHandler:
+    """Records applied reports; object names steer it into refusing, deferring or failing."""
+
+    def __init__(self) -> None:
+        self.applied: list[tuple[str, Message]] = []
+
+    async def handle_status(self, node: str, message: Message) -> None:
+        if message.name == "invalid":
+            raise ReportInvalid("numberOfSamples must be an integer")
+        if message.name == "later":
+            raise ReportDeferred("api server unavailable")
+        if message.name == "crash":
+            raise RuntimeError("handler bug")
+        self.applied.append((node, message))
+
+
+def dataset(name: str, node: str = NODE, **extra: Any) -> dict[str, Any]:
+    return {"kind": "Dataset", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"url": f"/data/{name}.txt", "format": "txt", "nodeName": node, **extra}}
+
+
+@pytest.fixture
+def source() -> MemSource:
+    src = MemSource()
+    for name in ("d1", "d2", "d3"):
+        src.put(NODE, "Dataset", name, dataset(name))
+    src.put(OTHER, "Dataset", "o1", dataset("o1", OTHER))
+    for name in ("invalid", "later", "crash"):
+        src.put(NODE, "Dataset", name, dataset(name))
+    return src
+
+
+@pytest.fixture
+def handler() -> MemHandler:
+    return MemHandler()
+
+
+HubFactory = Callable[..., Awaitable[tuple[Hub, str]]]
+
+
+@pytest.fixture
+async def make_hub(aiohttp_server: Any, source: MemSource, handler: MemHandler) -> HubFactory:
+    async def make(**options: Any) -> tuple[Hub, str]:
+        hub = Hub(source, handler, close_timeout=1.0, **options)
+        app = web.Application()
+        hub.attach(app)
+        server = await aiohttp_server(app)
+        return hub, str(server.make_url("/"))
+
+    return make
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+async def until(predicate: Callable[[], bool], what: str) -> None:
+    """Poll `predicate` until true; fail after TIMEOUT seconds."""
+    async with asyncio.timeout(TIMEOUT):
+        while not predicate():  # noqa: ASYNC110 - polling hub state from outside, bounded by TIMEOUT
+            await asyncio.sleep(0.01)
+    assert predicate(), what
+
+
+async def recv(ws: aiohttp.ClientWebSocketResponse) -> Message:
+    frame = await ws.receive(timeout=TIMEOUT)
+    assert frame.type is WSMsgType.BINARY, (frame.type, frame.data, frame.extra)
+    return decode_native(frame.data)
+
+
+async def recv_close(ws: aiohttp.ClientWebSocketResponse) -> tuple[int, str]:
+    """Skip data frames until the close frame; its code and reason."""
+    while True:
+        frame = await ws.receive(timeout=TIMEOUT)
+        if frame.type is WSMsgType.CLOSE:
+            return frame.data, frame.extra
+        if frame.type in (WSMsgType.CLOSED, WSMsgType.CLOSING):
+            return ws.close_code, ""
+        assert frame.type in (WSMsgType.BINARY, WSMsgType.TEXT), frame.type
+
+
+async def connect(http: aiohttp.ClientSession, url: str, node: str = NODE, *, acked: int = 0,
+                  headers: Mapping[str, str] | None = None, **kw: Any) -> aiohttp.ClientWebSocketResponse:
+    """A native client that has sent its hello and read the GM's."""
+    ws = await http.ws_connect(url, headers={"Node-Name": node, **(headers or {})}, protocols=(SUBPROTOCOL,), **kw)
+    assert ws.protocol == SUBPROTOCOL
+    await ws.send_bytes(encode_native(proto.hello(node, acked=acked)))
+    assert await recv(ws) == proto.hello(node, versions=(1,))
+    return ws
+
+
+async def read_snapshot(ws: aiohttp.ClientWebSocketResponse) -> list[Message]:
+    begin = await recv(ws)
+    assert (begin.op, begin.body) == (Op.SNAPSHOT, {"phase": "begin"})
+    frames = []
+    while (msg := await recv(ws)).op is not Op.SNAPSHOT:
+        frames.append(msg)
+    assert msg.body == {"phase": "end", "count": len(frames)}
+    assert [m.seq for m in (begin, *frames, msg)] == list(range(begin.seq, msg.seq + 1))
+    return frames
+
+
+async def send_status(ws: aiohttp.ClientWebSocketResponse, seq: int, name: str, body: dict | None = None) -> None:
+    msg = Message(Op.STATUS, seq, "Dataset", "default", name, body or {"numberOfSamples": seq})
+    await ws.send_bytes(encode_native(msg))
+
+
+# ---- native: snapshot and deltas ---------------------------------------------------------
+
+
+async def test_snapshot_on_connect(make_hub: HubFactory, http: aiohttp.ClientSession, source: MemSource) -> None:
+    hub, url = await make_hub()
+    ws = await connect(http, url)
+    frames = await read_snapshot(ws)
+    assert [(m.op, m.key, m.body) for m in frames] == [
+        (Op.UPSERT, key, obj) for key, obj in source.by_node[NODE].items()]
+    assert frames[0].seq == 2  # 1 is the begin marker
+    assert hub.connected_nodes() == [NODE]
+    assert hub.stats.sessions_opened == 1
+    assert hub.stats.frames_in == 1 and hub.stats.frames_out == 1 + 2 + len(frames)
+
+
+async def test_deltas_reach_connected_nodes_only(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
+    hub, url = await make_hub()
+    ws = await connect(http, url)
+    await read_snapshot(ws)
+    new = dataset("d9")
+    hub.notify_changed("Dataset", "default", "d9", new, [NODE, OTHER])
+    assert hub.pending(OTHER) == 0
+    msg = await recv(ws)
+    assert (msg.op, msg.key, msg.body) == (Op.UPSERT, ("Dataset", "default", "d9"), new)
+    hub.notify_changed("Dataset", "default", "d1", None, [NODE])
+    msg = await recv(ws)
+    assert (msg.op, msg.key, msg.body) == (Op.DELETE, ("Dataset", "default", "d1"), None)
+
+
+async def test_burst_of_changes_is_coalesced_per_object(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
+    hub, url = await make_hub()
+    ws = await connect(http, url)
+    await read_snapshot(ws)
+    for version in range(100):  # no await: the writer cannot run in between
+        for name in ("a", "b", "c"):
+            hub.notify_changed("Dataset", "default", name, dataset(name, version=version), [NODE])
+    hub.notify_changed("Dataset", "default", "b", None, [NODE])
+    assert hub.pending(NODE) == 3
+    got = [await recv(ws) for _ in range(3)]
+    assert [(m.op, m.name) for m in got] == [(Op.UPSERT, "a"), (Op.DELETE, "b"), (Op.UPSERT, "c")]
+    assert got[0].body["spec"]["version"] == 99 and got[2].body["spec"]["version"] == 99
+
+
+async def test_slow_reader_costs_one_pending_version_per_object(
+    make_hub: HubFactory, http: aiohttp.ClientSession
+) -> None:
+    """The client stops reading; the GM's writer blocks on TCP and versions are coalesced."""
+    hub, url = await make_hub(compress=False)
+    ws = await connect(http, url, compress=0)
+    await read_snapshot(ws)
+    blob = os.urandom(192 * 1024).hex()  # incompressible, 384 KiB per frame
+    names, versions = ("a", "b", "c", "d"), 60
+    for version in range(versions):
+        for name in names:
+            hub.notify_changed("Dataset", "default", name, {"v": version, "blob": blob}, [NODE])
+            assert hub.pending(NODE) <= len(names)
+            await asyncio.sleep(0)  # let the writer run: it blocks once the socket buffers fill
+    latest: dict[str, int] = {}
+    received = 0
+    while set(latest.values()) != {versions - 1} or len(latest) != len(names):
+        msg = await recv(ws)
+        received += 1
+        latest[msg.name] = msg.body["v"]
+    assert received < len(names) * versions
+    assert hub.pending(NODE) == 0
+
+
+async def test_new_connection_replaces_old_session(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
+    hub, url = await make_hub()
+    old = await connect(http, url)
+    await read_snapshot(old)
+    new = await connect(http, url)
+    assert await recv_close(old) == (proto.CLOSE_REPLACED, "replaced by a newer connection for this node")
+    assert len(await read_snapshot(new)) == 6
+    assert hub.connected_nodes() == [NODE] and hub.stats.sessions_replaced == 1
+    hub.notify_changed("Dataset", "default", "d1", dataset("d1", version=2), [NODE])
+    assert (await recv(new)).body["spec"]["version"] == 2
+
+
+# ---- handshake ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        pytest.param({}, 400, id="no-node-name"),
+        pytest.param({"Node-Name": ""}, 400, id="empty-node-name"),
+        pytest.param({"Node-Name": "Edge_1!"}, 400, id="invalid-node-name"),
+        pytest.param({"Node-Name": NODE, "Origin": "http://evil.example"}, 403, id="cross-origin"),
+    ],
+)
+async def test_handshake_rejections(make_hub: HubFactory, http: aiohttp.ClientSession,
+                                    headers: dict[str, str], status: int) -> None:
+    hub, url = await make_hub()
+    with pytest.raises(aiohttp.WSServerHandshakeError) as info:
+        await http.ws_connect(url, headers=headers)
+    assert info.value.status == status
+    assert hub.stats.handshakes_rejected == 1 and hub.connected_nodes() == []
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [pytest.param(None, id="missing"), pytest.param("Bearer wrong", id="wrong"), pytest.param("Basic s3cret", id="scheme")],
+)
+async def test_token_mismatch_is_401(make_hub: HubFactory, http: aiohttp.ClientSession, authorization: str | None) -> None:
+    hub, url = await make_hub(token="s3cret")
+    headers = {"Node-Name": NODE} | ({"Authorization": authorization} if authorization else {})
+    with pytest.raises(aiohttp.WSServerHandshakeError) as info:
+        await http.ws_connect(url, headers=headers)
+    assert info.value.status == 401
+    assert info.value.headers["WWW-Authenticate"] == "Bearer"
+
+
+async def test_right_token_is_admitted(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
+    hub, url = await make_hub(token="s3cret")
+    ws = await connect(http, url, headers={"Authorization": "Bearer s3cret"})
+    assert len(await read_snapshot(ws)) == 6
+
+
+async def test_plain_http_request_is_400(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
+    hub, url = await make_hub()
+    async with http.get(url, headers={"Node-Name": NODE}) as resp:
+        assert resp.status == 400
+        assert await resp.text() == "websocket upgrade required\n"
+
+
+@pytest.mark.parametrize(
+    ("first", "code", "reason"),
+    [
+        pytest.param(encode_native(Message(Op.STATUS, 1, "Dataset", "default", "d1", {})), proto.CLOSE_PROTOCOL_ERROR,
+                     "first frame must be hello, got status", id="status-first"),
+        pytest.param(encode_native(proto.hello(OTHER)), proto.CLOSE_POLICY_VIOLATION,
+                     "hello names node 'edge-2', Node-Name is 'edge-1'", id="other-node"),
+        pytest.param(encode_native(proto.hello(NODE, versions=(2, 3))), proto.CLOSE_UNSUPPORTED_VERSION,
+                     "peer offers versions [2, 3], this side speaks [1]", id="no-common-version"),
+    ],
+)
+async def test_bad_hello_closes(make_hub: HubFactory, http: aiohttp.ClientSession,
+                                first: bytes, code: int, reason: str) -> None:
+    hub, url = await make_hub()
+    ws = await http.ws_connect(url, headers={"Node-Name": NODE}, protocols=(SUBPROTOCOL,))
+    await ws.send_bytes(first)
+    assert await recv_close(ws) == (code, reason)
+    assert hub.connected_nodes() == [] and hub.stats.sessions_opened == 0
+
+
+async def test_missing_hello_times_out(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
+    hub, url = await make_hub(hello_timeout=0.2)
+    ws = await http.ws_connect(url, headers={"Node-Name": NODE}, protocols=(SUBPROTOCOL,))
+    assert await recv_close(ws) == (proto.CLOSE_HELLO_TIMEOUT, "no frame from the peer for 0.2s")
+
+
+# ---- native: status, authorization, acks ---------------------------------------------------
+
+
+async def test_status_is_handled_then_acked(make_hub: HubFactory, http: aiohttp.ClientSession,
+                                            handler: MemHandler) -> None:
+    hub, url = await make_hub()
+    ws = await connect(http, url)
+    await read_snapshot(ws)
+    await send_status(ws, 7, "d1", {"numberOfSamples": 500})
+    assert await recv(ws) == proto.ack(7)
+    assert handler.applied == [(NODE, Message(Op.STATUS, 7, "Dataset", "default", "d1", {"numberOfSamples": 500}))]
+    assert hub.stats.status_applied == 1 and hub.stats.acks_out == 1
+
+
+async def test_status_for_unassigned_object_is_refused(make_hub: HubFactory, http: aiohttp.ClientSession,
+                                                       handler: MemHandler) -> None:
+    hub, url = await make_hub()
+    ws = await connect(http, url)
+    await read_snapshot(ws)
+    await send_status(ws, 3, "o1")  # assigned to edge-2, not edge-1
+    assert await recv(ws) == proto.ack(3, error="Dataset default/o1 is not assigned to node edge-1")
+    assert handler.applied == [] and hub.stats.refused == 1
+    await send_status(ws, 4, "d2")
+    assert await recv(ws) == proto.ack(4)
+
+
+async def test_handler_outcomes(make_hub: HubFactory, http: aiohttp.ClientSession, handler: MemHandler) -> None:
+    hub, url = await make_hub()
+    ws = await connect(http, url)
+    await read_snapshot(ws)
+    await send_status(ws, 1, "invalid")
+    assert await recv(ws) == proto.ack(1, error="numberOfSamples must be an integer")
+    await send_status(ws, 2, "later")
+    await send_status(ws, 3, "crash")
+    await send_status(ws, 4, "d3")
+    assert await recv(ws) == proto.ack(4)  # 2 and 3 were not applied, so not acked
+    assert [m.seq for _, m in handler.applied] == [4]
+    assert (hub.stats.refused, hub.stats.deferred, hub.stats.handler_errors) == (1, 1, 1)
+    assert hub.connected_nodes() == [NODE]
+
+
+async def test_handler_timeout_defers(make_hub: HubFactory, http: aiohttp.ClientSession, handler: MemHandler) -> None:
+    hub, url = await make_hub(handler_timeout=0.1)
+    release = asyncio.Event()
+    original = handler.handle_status
+
+    async def slow(node: str, message: Message) -> None:
+        if message.seq == 1:
+            await release.wait()
+        await original(node, message)
+
+    handler.handle_status = slow  # type: ignore[method-assign]
+    ws = await connect(http, url)
+    await read_snapshot(ws)
+    await send_status(ws, 1, "d1")
+    await send_status(ws, 2, "d2")
+    assert await recv(ws) == proto.ack(2)
+    assert hub.stats.deferred == 1 and [m.seq for _, m in handler.applied] == [2]
+
+
+# ---- broken peers ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("frame", "code", "reason"),
+    [
+        pytest.param(b"\xc1garbage", 1007, "not a msgpack frame", id="garbage"),
+        pytest.param("{}", 1007, "native frames are binary msgpack, got a text frame", id="text"),
+        pytest.param(encode_native(Message(Op.UPSERT, 1, "Dataset", "default", "d1", {})), 1002,
+                     "upsert is not accepted from an LC", id="upsert-from-lc"),
+        pytest.param(b"\x82\xa2op\xa4frob\xa3seq\x01", 1002, "unknown operation 'frob'", id="unknown-op"),
+    ],
+)
+async def test_broken_frame_closes_only_that_session(make_hub: HubFactory, http: aiohttp.ClientSession,
+                                                     frame: bytes | str, code: int, reason: str) -> None:
+    hub, url = await make_hub()
+    bad = await connect(http, url)
+    good = await connect(http, url, OTHER)
+    await read_snapshot(bad)
+    await read_snapshot(good)
+    await (bad.send_bytes(frame) if isinstance(frame, bytes) else bad.send_str(frame))
+    got_code, got_reason = await recv_close(bad)
+    assert got_code == code and reason in got_reason
+    await until(lambda: hub.connected_nodes() == [OTHER], "broken session deregistered")
+    hub.notify_changed("Dataset", "default", "o2", dataset("o2", OTHER), [OTHER])
+    assert (await recv(good)).name == "o2"
+    assert hub.stats.sessions_broken == 1
+
+
+async def test_oversized_frame_closes_with_1009(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
+    hub, url = await make_hub(max_frame_bytes=4096)
+    ws = await connect(http, url)
+    await read_snapshot(ws)
+    await send_status(ws, 1, "d1", {"blob": "x" * 8192})
+    assert (await recv_close(ws))[0] == 1009
+    await until(lambda: hub.connected_nodes() == [], "session ended")
+
+
+async def test_silent_peer_is_declared_dead(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
+    hub, url = await make_hub(ping_interval=0.05, dead_after=0.3)
+    ws = await connect(http, url)  # from here on the client reads nothing, so it never pongs
+    await until(lambda: hub.connected_nodes() == [], "dead session removed")
+    assert hub.stats.sessions_dead == 1
+    assert await recv_close(ws) == (proto.CLOSE_DEAD, "no frame from the peer for 0.3s")
+
+
+async def test_peer_that_answers_pings_stays_alive(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
+    hub, url = await make_hub(ping_interval=0.05, dead_after=0.3)
+    ws = await connect(http, url)
+    await read_until_pings(hub, ws, 12)  # 12 pings = 0.6 s, twice dead_after
+    assert hub.connected_nodes() == [NODE] and hub.stats.sessions_dead == 0
+
+
+async def read_until_pings(hub: Hub, ws: aiohttp.ClientWebSocketResponse, pings: int) -> None:
+    """Keep reading (receive() answers pings) until the hub has sent `pings` pings."""
+    async with asyncio.timeout(TIMEOUT):
+        while hub.stats.pings_out < pings:
+            try:
+                await ws.receive(timeout=0.05)
+            except TimeoutError:
+                continue
+
+
+async def test_close_sends_going_away(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
+    hub, url = await make_hub()
+    ws = await connect(http, url)
+    await read_snapshot(ws)
+    closing = asyncio.create_task(hub.close(), name="hub-close")
+    assert await recv_close(ws) == (proto.CLOSE_GOING_AWAY, "GM shutting down")
+    await asyncio.wait_for(closing, TIMEOUT)
+    assert hub.connected_nodes() == []
+    with pytest.raises(aiohttp.WSServerHandshakeError) as info:
+        await http.ws_connect(url, headers={"Node-Name": NODE})
+    assert info.value.status == 503
+
+
+# ---- upstream mode --------------------------------------------------------------------------
+
+
+async def connect_upstream(http: aiohttp.ClientSession, url: str, node: str = NODE) -> aiohttp.ClientWebSocketResponse:
+    """A client that behaves like upstream's Go LC: no subprotocol, bare header first."""
+    ws = await http.ws_connect(url, headers={"Node-Name": node})
+    assert ws.protocol is None
+    await ws.send_str(proto.BARE_HEADER)
+    return ws
+
+
+async def recv_text(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
+    frame = await ws.receive(timeout=TIMEOUT)
+    assert frame.type is WSMsgType.TEXT, (frame.type, frame.data)
+    assert frame.data.endswith("}\n")
+    envelope = orjson.loads(frame.data)
+    return {"header": envelope["header"], "content": orjson.loads(base64.b64decode(envelope["content"]))}
+
+
+async def test_upstream_client_gets_inserts(make_hub: HubFactory, http: aiohttp.ClientSession, source: MemSource) -> None:
+    hub, url = await make_hub()
+    ws = await connect_upstream(http, url)
+    got = [await recv_text(ws) for _ in source.by_node[NODE]]
+    assert got == [
+        {"header": {"namespace": "default", "resourceKind": "dataset", "resourceName": name, "operation": "insert"},
+         "content": obj}
+        for (_, _, name), obj in source.by_node[NODE].items()
+    ]
+    hub.notify_changed("Dataset", "default", "d1", None, [NODE])
+    assert (await recv_text(ws))["header"] == {"namespace": "default", "resourceKind": "dataset",
+                                               "resourceName": "d1", "operation": "delete"}
+
+
+async def test_upstream_status_is_dispatched_without_ack(
+    make_hub: HubFactory, http: aiohttp.ClientSession, source: MemSource, handler: MemHandler
+) -> None:
+    source.put(NODE, "Dataset", "incremental-dataset", dataset("incremental-dataset"))
+    hub, url = await make_hub()
+    ws = await connect_upstream(http, url)
+    for _ in source.by_node[NODE]:
+        await recv_text(ws)
+    await ws.send_str('{"header":{"namespace":"default","resourceKind":"Dataset","resourceName":"incremental-dataset",'
+                      '"operation":"status"},"content":"eyJudW1iZXJPZlNhbXBsZXMiOjUwMH0="}\n')
+    await ws.send_str(orjson.dumps({"header": {"namespace": "default", "resourceKind": "dataset",
+                                               "resourceName": "o1", "operation": "status"},
+                                    "content": base64.b64encode(b'{"numberOfSamples":1}').decode()}).decode())
+    await ws.send_str('{"header":{"namespace":"default","resourceKind":"dataset","resourceName":"d1",'
+                      '"operation":"patch"},"content":null}\n')
+    await until(lambda: hub.stats.refused == 1 and hub.stats.frames_in == 4, "all frames read")
+    assert handler.applied == [(NODE, Message(Op.STATUS, 0, "Dataset", "default", "incremental-dataset",
+                                              {"numberOfSamples": 500}))]
+    hub.notify_changed("Dataset", "default", "d2", None, [NODE])
+    assert (await recv_text(ws))["header"]["resourceName"] == "d2"  # no ack frame came first
+    assert hub.stats.acks_out == 0 and hub.connected_nodes() == [NODE]
+
+
+async def test_upstream_garbage_closes_session(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
+    hub, url = await make_hub()
+    ws = await connect_upstream(http, url)
+    await ws.send_str("{not json\n")
+    code, reason = await recv_close(ws)
+    assert code == 1007 and reason.startswith("frame is not JSON")
+
+
+async def test_upstream_reconnect_learns_deletions_made_while_away(
+    make_hub: HubFactory, http: aiohttp.ClientSession, source: MemSource
+) -> None:
+    hub, url = await make_hub()
+    ws = await connect_upstream(http, url, OTHER)
+    assert (await recv_text(ws))["header"]["resourceName"] == "o1"
+    await ws.close()
+    await until(lambda: hub.connected_nodes() == [], "session gone")
+    source.remove(OTHER, "Dataset", "o1")
+    source.put(OTHER, "Dataset", "o2", dataset("o2", OTHER))
+    ws = await connect_upstream(http, url, OTHER)
+    got = sorted((f["header"]["operation"], f["header"]["resourceName"]) for f in [await recv_text(ws) for _ in "xy"])
+    assert got == [("delete", "o1"), ("insert", "o2")]
+
+
+# ---- misc -----------------------------------------------------------------------------------
+
+
+async def test_object_that_cannot_be_encoded_is_skipped(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
+    hub, url = await make_hub(max_frame_bytes=4096)
+    ws = await connect(http, url)
+    await read_snapshot(ws)
+    hub.notify_changed("Dataset", "default", "huge", {"blob": "x" * 8192}, [NODE])
+    hub.notify_changed("Dataset", "default", "d1", dataset("d1", version=3), [NODE])
+    msg = await recv(ws)
+    assert (msg.name, msg.body["spec"]["version"]) == ("d1", 3)
+    assert hub.stats.skipped_out == 1 and hub.connected_nodes() == [NODE]
+
+
+async def test_forget_node_closes_its_session(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
+    hub, url = await make_hub()
+    ws = await connect(http, url)
+    await read_snapshot(ws)
+    hub.forget_node(NODE)
+    assert await recv_close(ws) == (proto.CLOSE_GOING_AWAY, "node removed")
+    await until(lambda: hub.connected_nodes() == [], "session gone")
+
+
+@pytest.mark.parametrize(("ping", "dead"), [(30.0, 30.0), (0.0, 1.0), (5.0, 1.0)])
+def test_ping_interval_must_be_below_dead_after(source: MemSource, handler: MemHandler, ping: float, dead: float) -> None:
+    with pytest.raises(ValueError, match="need 0 < ping_interval"):
+        Hub(source, handler, ping_interval=ping, dead_after=dead)

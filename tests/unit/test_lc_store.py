@@ -1,0 +1,252 @@
+"""The LC store: outbox seq/ack, group commit, resources and state, errors, durability."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import sys
+import threading
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+
+from lc.errors import (
+    StoreBusyError,
+    StoreClosedError,
+    StoreCorruptError,
+    StoreError,
+    StoreOpenError,
+)
+from lc.groupcommit import GroupCommitter
+from lc.store import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    s = await Store.open(str(tmp_path / "state" / "lc.db"))
+    yield s
+    await s.close()
+
+
+async def test_outbox_sequence_pending_and_ack(store: Store) -> None:
+    seqs = [await store.append_report("Dataset", "ns", f"d{i}", {"numberOfSamples": i})
+            for i in range(5)]
+    assert seqs == [1, 2, 3, 4, 5]
+    assert (store.outbox_size, store.last_seq) == (5, 5)
+    page = await store.pending(after_seq=1, limit=2)
+    assert [(e.seq, e.name, e.body) for e in page] == [
+        (2, "d1", {"numberOfSamples": 1}), (3, "d2", {"numberOfSamples": 2})]
+    assert page[0].to_dict() == {"seq": 2, "kind": "Dataset", "namespace": "ns", "name": "d1",
+                                 "body": {"numberOfSamples": 1}}
+    assert await store.ack(3) == 3
+    assert await store.ack_one(5) is True
+    assert await store.ack_one(5) is False
+    assert [e.seq for e in await store.pending()] == [4]
+    assert store.outbox_size == 1
+
+
+async def test_seq_never_reused_after_ack_and_reopen(tmp_path: Path) -> None:
+    path = str(tmp_path / "lc.db")
+    s = await Store.open(path)
+    await s.append_report("Dataset", "ns", "a", {"numberOfSamples": 1})
+    await s.append_report("Dataset", "ns", "a", {"numberOfSamples": 2})
+    await s.ack(2)
+    await s.close()
+    s = await Store.open(path)
+    try:
+        assert (s.outbox_size, s.last_seq) == (0, 2)
+        assert await s.append_report("Dataset", "ns", "a", {"numberOfSamples": 3}) == 3
+    finally:
+        await s.close()
+
+
+async def test_group_commit_batches_concurrent_appends(store: Store) -> None:
+    before = store.transactions
+    seqs = await asyncio.gather(*(store.append_report("JointInferenceService", "ns", "ji",
+                                                      {"n": i}) for i in range(64)))
+    assert sorted(seqs) == list(range(1, 65))
+    assert store.outbox_size == 64
+    assert 1 <= store.transactions - before < 64
+    bodies = {e.seq: e.body["n"] for e in await store.pending(limit=100)}
+    assert {bodies[s] for s in seqs} == set(range(64))
+
+
+async def test_failing_op_spares_the_rest_of_its_batch(store: Store) -> None:
+    def bad(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO no_such_table VALUES (1)")
+
+    results = await asyncio.gather(
+        store.append_report("Dataset", "ns", "a", {"numberOfSamples": 1}),
+        store.write(bad),
+        store.append_report("Dataset", "ns", "b", {"numberOfSamples": 2}),
+        return_exceptions=True)
+    assert results[0] == 1 and results[2] == 2
+    assert isinstance(results[1], StoreError)
+    assert "no such table: no_such_table" in str(results[1])
+    assert [e.name for e in await store.pending()] == ["a", "b"]
+
+
+async def test_wait_outbox_wakes_on_commit_and_times_out(store: Store) -> None:
+    assert await store.wait_outbox(0, within=0.05) is False
+    waiter = asyncio.create_task(store.wait_outbox(0, within=5))
+    await asyncio.sleep(0)
+    await store.append_report("Dataset", "ns", "a", {"numberOfSamples": 1})
+    assert await waiter is True
+    assert await store.wait_outbox(0, within=0) is True  # already there
+
+
+async def test_resources_state_and_delete(store: Store) -> None:
+    obj = {"kind": "Dataset", "metadata": {"name": "d", "namespace": "ns"}, "spec": {"url": "/x"}}
+    await store.put_resource("Dataset", "ns", "d", obj)
+    await store.put_resource("Model", "ns", "m", {"spec": {}})
+    await store.put_state("Dataset", "ns", "d", {"reported": 7})
+    assert await store.get_resource("Dataset", "ns", "d") == obj
+    assert [r[:3] for r in await store.list_resources()] == [("Dataset", "ns", "d"),
+                                                            ("Model", "ns", "m")]
+    assert [r[2] for r in await store.list_resources("Model")] == ["m"]
+    assert await store.get_state("Dataset", "ns", "d") == {"reported": 7}
+    assert await store.delete_resource("Dataset", "ns", "d") is True
+    assert await store.delete_resource("Dataset", "ns", "d") is False
+    assert await store.get_resource("Dataset", "ns", "d") is None
+    assert await store.get_state("Dataset", "ns", "d") is None
+
+
+async def test_closed_store_refuses_work(tmp_path: Path) -> None:
+    s = await Store.open(str(tmp_path / "lc.db"))
+    await s.close()
+    with pytest.raises(StoreClosedError):
+        await s.append_report("Dataset", "ns", "a", {})
+    with pytest.raises(StoreClosedError):
+        await s.pending()
+
+
+async def test_close_commits_what_was_submitted(tmp_path: Path) -> None:
+    path = str(tmp_path / "lc.db")
+    s = await Store.open(path)
+    appends = [asyncio.create_task(s.append_report("Dataset", "ns", "a", {"n": i}))
+               for i in range(10)]
+    await asyncio.sleep(0)  # the appends are queued, not yet committed
+    await s.close()
+    assert sorted([await t for t in appends]) == list(range(1, 11))
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM lc_outbox").fetchone()[0] == 10
+
+
+async def test_file_is_owner_only(tmp_path: Path) -> None:
+    s = await Store.open(str(tmp_path / "lc.db"))
+    await s.close()
+    assert (tmp_path / "lc.db").stat().st_mode & 0o777 == 0o600
+
+
+def _under_a_file(path: Path) -> Path:
+    (path.parent / "plain").write_text("x")  # fails even for root, unlike permissions
+    return path.parent / "plain" / "lc.db"
+
+
+@pytest.mark.parametrize(("setup", "error", "text"), [
+    pytest.param(lambda p: p.write_bytes(b"this is not sqlite" * 100) and p, StoreCorruptError,
+                 "is corrupt: file is not a database", id="garbage"),
+    pytest.param(lambda p: p.mkdir() or p, StoreOpenError, "it is a directory", id="directory"),
+    pytest.param(_under_a_file, StoreOpenError, "File exists (", id="parent-is-a-file"),
+    pytest.param(lambda p: _future_schema(p) or p, StoreOpenError,
+                 "has schema version 99; this LC understands up to 1", id="newer-schema"),
+])
+async def test_unusable_database_is_a_clear_error(tmp_path: Path, setup, error, text) -> None:
+    target = setup(tmp_path / "lc.db")
+    with pytest.raises(error) as info:
+        await Store.open(str(target))
+    assert text in str(info.value)
+    assert str(target) in str(info.value)
+
+
+def _future_schema(path: Path) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA user_version = 99")
+
+
+async def test_coexists_with_upstream_resources_table(tmp_path: Path) -> None:
+    path = tmp_path / "database.db"
+    with sqlite3.connect(path) as conn:  # what upstream's gorm leaves behind
+        conn.execute("CREATE TABLE resources (id integer PRIMARY KEY AUTOINCREMENT, name text "
+                     "UNIQUE, type_meta text, object_meta text, spec text)")
+    s = await Store.open(str(path))
+    try:
+        await s.put_resource("Dataset", "ns", "d", {"spec": {}})
+        assert await s.get_resource("Dataset", "ns", "d") == {"spec": {}}
+    finally:
+        await s.close()
+
+
+# ---- durability across SIGKILL of a real sedna-lc process --------------------------------
+
+async def _start_lc(db: Path) -> tuple[asyncio.subprocess.Process, int]:
+    env = {**os.environ, "ROOTFS_MOUNT_DIR": "", "LC_DB_PATH": str(db), "BIND_PORT": "0",
+           "BIND_ADDRESS": "127.0.0.1", "LOG_FORMAT": "json", "GM_ADDRESS": ""}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "lc.cli", cwd=ROOT, env=env, stderr=asyncio.subprocess.PIPE)
+    assert proc.stderr is not None
+    async with asyncio.timeout(30):
+        while line := await proc.stderr.readline():
+            record = orjson.loads(line)
+            if record["msg"] == "serving":
+                return proc, int(record["port"])
+    raise AssertionError(f"sedna-lc exited with {await proc.wait()} before serving")
+
+
+async def test_reports_answered_200_survive_sigkill(tmp_path: Path) -> None:
+    db = tmp_path / "database.db"
+    proc, port = await _start_lc(db)
+    accepted: list[str] = []
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as http:
+            async def post(i: int) -> None:
+                body = {"name": f"w{i}", "namespace": "default", "ownerName": "ji",
+                        "ownerKind": "jointinferenceservice", "kind": "inference",
+                        "ownerInfo": {"inferenceNumber": i}}
+                url = f"http://127.0.0.1:{port}/sedna/workers/w{i}/info"
+                async with http.post(url, json=body) as resp:
+                    if resp.status == 200:
+                        accepted.append(f"w{i}")
+            await asyncio.gather(*(post(i) for i in range(32)))
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        assert await proc.wait() == -signal.SIGKILL
+    assert len(accepted) == 32
+    with sqlite3.connect(db) as conn:
+        workers = {r[0] for r in conn.execute("SELECT name FROM lc_workers")}
+        bodies = [orjson.loads(r[0]) for r in conn.execute("SELECT body FROM lc_outbox")]
+    assert workers == set(accepted)
+    assert sorted(b["output"]["ownerInfo"]["inferenceNumber"] for b in bodies) == list(range(32))
+
+
+async def test_group_committer_refuses_beyond_its_backlog() -> None:
+    started, gate = threading.Event(), threading.Event()
+    batches: list[int] = []
+
+    def run_batch(ops: list) -> list:
+        started.set()
+        gate.wait(5)
+        batches.append(len(ops))
+        return [op(None) for op in ops]
+
+    with ThreadPoolExecutor(max_workers=1) as executor:
+        committer = GroupCommitter(run_batch, executor, max_waiting=2)
+        committer.start()
+        first = asyncio.create_task(committer.submit(lambda _: "a"))
+        assert await asyncio.to_thread(started.wait, 5)  # "a" is now in a running commit
+        queued = [asyncio.create_task(committer.submit(lambda _, i=i: i)) for i in range(2)]
+        await asyncio.sleep(0)
+        with pytest.raises(StoreBusyError, match="2 writes already wait for a commit"):
+            await committer.submit(lambda _: "too many")
+        gate.set()
+        assert [await first, *[await q for q in queued]] == ["a", 0, 1]
+        await committer.close()
+    assert batches == [1, 2]
