@@ -18,7 +18,7 @@ test: setup
 	$(PY) -m pytest -q
 
 run: setup
-	$(PY) -m devcluster.devrun
+	$(PY) examples/devrun.py
 
 lint: setup
 	$(PY) -m ruff check .

@@ -482,12 +482,26 @@ def _dry_run(q: Any) -> bool:
     return bool(values)
 
 
+_BODY_TYPES = ("", "application/json", "application/yaml", "*/*")
+
+
 async def _json_body(request: web.Request, *, allow_empty: bool = False) -> Any:
+    """The request body as JSON data; YAML when sent as application/yaml; 415 for anything else."""
+    ctype = content_type(request)
+    if ctype not in _BODY_TYPES:
+        raise ApiError(415, "UnsupportedMediaType",
+                       f"the body of the request was in an unknown format ({ctype}) - accepted media types "
+                       "include: application/json, application/yaml")
     raw = await request.read()
     if not raw.strip():
         if allow_empty:
             return None
         raise bad_request("the request body is empty")
+    if ctype == "application/yaml":
+        try:
+            return yaml.safe_load(raw)
+        except yaml.YAMLError as err:
+            raise bad_request(f"the request body is not valid YAML: {err}") from None
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as err:

@@ -510,17 +510,20 @@ _PRINTERS: dict[tuple[str, str], tuple[list[dict], RowFn]] = {
 
 @lru_cache(maxsize=512)
 def _compile_path(path: str) -> tuple[tuple[str, Any], ...]:
-    """A simple JSONPath as steps: ("key", k), ("index", i) or ("filter", (keys, value))."""
+    """A simple JSONPath as steps: ("key", k), ("index", i), ("slice", (a, b)) or
+    ("filter", (keys, value))."""
     text = path.strip()
     if text.startswith("{") and text.endswith("}"):
         text = text[1:-1]
     steps: list[tuple[str, Any]] = []
     for match in _STEP.finditer(text):
-        key, quoted, index, f_path, f_value = match.groups()
+        key, quoted, index, s_from, s_to, f_path, f_value = match.groups()
         if key is not None or quoted is not None:
             steps.append(("key", key if key is not None else quoted))
         elif index is not None:
             steps.append(("index", int(index)))
+        elif s_from is not None:
+            steps.append(("slice", (int(s_from) if s_from else None, int(s_to) if s_to else None)))
         else:
             steps.append(("filter", (tuple(f_path.split(".")), _literal(f_value))))
     return tuple(steps)
@@ -530,6 +533,7 @@ _STEP = re.compile(
     r"\.([^.\[\]]+)"
     r"|\[['\"]([^'\"]+)['\"]\]"
     r"|\[(-?\d+)\]"
+    r"|\[(-?\d*):(-?\d*)\]"
     r"|\[\?\(@\.([\w.\-/]+)\s*==\s*([^)]*?)\s*\)\]"
 )
 
@@ -553,6 +557,8 @@ def _evaluate(obj: Any, steps: tuple[tuple[str, Any], ...]) -> Any:
                 nxt.append(node[arg])
             elif kind == "index" and isinstance(node, list) and -len(node) <= arg < len(node):
                 nxt.append(node[arg])
+            elif kind == "slice" and isinstance(node, list):
+                nxt.extend(node[arg[0]:arg[1]])
             elif kind == "filter" and isinstance(node, list):
                 nxt.extend(item for item in node if _filter_hit(item, arg))
         found = nxt

@@ -2,6 +2,8 @@
 
 import re
 
+from kubernetes_asyncio.client import ApiClient
+
 from tests.conftest import wait_for
 from tests.devcluster.helpers import deployment, owned_by, rt
 
@@ -48,6 +50,12 @@ async def test_deployment_creates_rs_and_running_pods(live):
     assert ("ScalingReplicaSet", "deployment-controller") in reasons
     assert ("SuccessfulCreate", "replicaset-controller") in reasons
     assert ("Scheduled", "default-scheduler") in reasons
+    async with ApiClient() as api:  # every object deserializes into the client's models
+        deserialize = api._ApiClient__deserialize
+        assert deserialize(d, "V1Deployment").status.available_replicas == 2
+        assert deserialize(rs, "V1ReplicaSet").spec.replicas == 2
+        assert all(deserialize(p, "V1Pod").status.phase == "Running" for p in mine)
+        assert {deserialize(e, "CoreV1Event").reason for e in events} >= {"ScalingReplicaSet", "Scheduled"}
 
 
 async def test_deleted_pod_is_replaced(live):

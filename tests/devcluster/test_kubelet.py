@@ -135,7 +135,9 @@ async def test_graceful_deletion_is_finished_by_the_kubelet(live):
 
 async def test_pod_on_unknown_node_stays_pending(live):
     store = live.store
+    kubelet = live.controller("kubelet")
+    before = kubelet.syncs
     store.create(rt(store, "pods"), "default", pod("lost", nodeName="nowhere"))
-    await wait_for(lambda: live.controller("kubelet").queue.__len__() == 0, message="kubelet idle")
+    await wait_for(lambda: kubelet.syncs > before and len(kubelet.queue) == 0, message="kubelet looked at it")
     p = store.get(rt(store, "pods"), "default", "lost")
     assert p["status"]["phase"] == "Pending" and "hostIP" not in p["status"]

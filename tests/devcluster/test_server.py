@@ -283,3 +283,11 @@ async def test_fault_rate_is_seeded(apiserver: ApiServer, http: Http) -> None:
         return [(await http.get(PODS + "/x"))[0] for _ in range(12)]
     first, second = await run(), await run()
     assert first == second and set(first) == {404, 500}
+
+
+async def test_body_media_types(http: Http) -> None:
+    code, body = await http.post(PODS, raw=b"\x6b\x38\x73\x00", ctype="application/vnd.kubernetes.protobuf")
+    assert code == 415 and body["reason"] == "UnsupportedMediaType"
+    yaml_pod = b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: y\nspec:\n  containers: [{name: c, image: nginx}]\n"
+    code, body = await http.post(PODS, raw=yaml_pod, ctype="application/yaml")
+    assert code == 201 and body["metadata"]["name"] == "y"

@@ -257,3 +257,15 @@ def test_cr_without_printer_columns_is_name_and_age():
     rt = ResourceType("sedna.io", "v1alpha1", "datasets", "Dataset", True, crd=True)
     assert _names(rt) == [("Name", "string", 0), ("Age", "string", 0)]
     assert _cells(rt, {"metadata": meta("d")}) == ["d", "60m"]
+
+
+@pytest.mark.parametrize("path, expected", [
+    pytest.param(".status.conditions[-1:].type", "Running", id="slice-last"),
+    pytest.param(".status.conditions[0:1].type", "Pending", id="slice-first"),
+    pytest.param('.status.conditions[?(@.status=="True")].type', "Running", id="filter-true"),
+])
+def test_printer_column_slices_and_filters(path, expected):
+    from devcluster.tables import _compile_path, _evaluate
+    obj = {"status": {"conditions": [{"type": "Pending", "status": "False"},
+                                     {"type": "Running", "status": "True"}]}}
+    assert _evaluate(obj, _compile_path(path)) == expected

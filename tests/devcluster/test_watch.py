@@ -37,7 +37,7 @@ def summary(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 async def until(cond, limit: float = 5.0) -> None:
     async with asyncio.timeout(limit):
-        while not cond():
+        while not cond():  # noqa: ASYNC110 - a poll with a timeout on store state, no event to await
             await asyncio.sleep(0.01)
 
 
