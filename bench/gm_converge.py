@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import copy
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -112,7 +113,9 @@ async def main(args: argparse.Namespace) -> None:
     port = free_port()
     tmp = Path(tempfile.mkdtemp(prefix="gm-bench-"))
     kubeconfig = tmp / "kubeconfig"
-    server = subprocess.Popen([sys.executable, "-m", "devcluster.cli", "--port", str(port), "--kubeconfig",
+    server = subprocess.Popen(  # noqa: ASYNC220 - started once, before any timing
+        [sys.executable, *(["-m", "cProfile", "-o", os.environ["PROFILE_DEVCLUSTER"]]
+                           if os.environ.get("PROFILE_DEVCLUSTER") else []), "-m", "devcluster.cli", "--port", str(port), "--kubeconfig",
                                str(kubeconfig), "--start-delay", "0.05", "--termination-delay", "0",
                                "--log-level", "WARNING"], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
@@ -135,15 +138,17 @@ async def main(args: argparse.Namespace) -> None:
             await gm.start()
             await gm.informers.wait_synced()
             start = time.perf_counter()
+            cpu0, server_cpu0 = _cpu_self(), _cpu_of(server.pid)
             creates = [post(session, f"/apis/sedna.io/v1alpha1/namespaces/{NS}/jointinferenceservices",
                             named(ji, f"ji-{i}")) for i in range(args.ji)]
             creates += [post(session, f"/apis/sedna.io/v1alpha1/namespaces/{NS}/federatedlearningjobs",
                              named(fl, f"fl-{i}")) for i in range(args.fl)]
             await bounded(creates)
             applied = time.perf_counter() - start
-            while not await converged(session, args.ji, args.fl):
+            while not await converged(session, args.ji, args.fl):  # noqa: ASYNC110 - polling the API
                 await asyncio.sleep(0.1)
             elapsed = time.perf_counter() - start
+            gm_cpu, server_cpu = _cpu_self() - cpu0, _cpu_of(server.pid) - server_cpu0
             writes = sum(gm.kube_metrics.api_requests.value(verb, code)
                          for verb in ("create", "update", "patch", "delete")
                          for code in ("200", "201"))
@@ -160,6 +165,18 @@ async def main(args: argparse.Namespace) -> None:
     print(f"{'GM writes (create/update/patch/delete)':<48} {writes:>12.0f}")
     print(f"{'GM write rate (writes/s)':<48} {rate:>12.0f}")
     print(f"{'GM write rate / dev cluster ceiling':<48} {rate / ceiling:>12.2f}")
+    print(f"{'CPU while converging: GM process (s)':<48} {gm_cpu:>12.2f}")
+    print(f"{'CPU while converging: dev cluster process (s)':<48} {server_cpu:>12.2f}")
+
+
+def _cpu_self() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _cpu_of(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":

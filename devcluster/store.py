@@ -81,6 +81,9 @@ class Store:
         self._objects: dict[tuple[str, str], dict[Key, dict[str, Any]]] = {}
         self._sorted: dict[tuple[str, str], list[Key]] = {}  # sorted keys per bucket, kept in step with it
         self._ns_counts: dict[str, int] = {}  # namespace -> number of namespaced objects in it
+        # (group, resource, controller uid or "") -> keys of the objects it controls ("" = no controller);
+        # kept in step with the buckets so controllers find their children without scanning
+        self._controlled: dict[tuple[str, str, str], dict[Key, None]] = {}
         self._watchers: dict[tuple[str, str], set[Watch]] = {}
         self._listeners: list[Listener] = []
         self._history = History(limit=history_limit, window=history_window, start_rv=start_rv)
@@ -101,6 +104,14 @@ class Store:
         if obj is None:
             raise not_found(rt.resource, rt.group, name)
         return obj
+
+    def controlled_by(self, rt: ResourceType, uid: str | None,
+                      namespace: str | None = None) -> list[dict[str, Any]]:
+        """Objects of `rt` whose controller ownerReference has `uid`; `uid=None` gives the
+        objects without a controller (adoption candidates). Shared: do not mutate."""
+        keys = self._controlled.get((*rt.key, uid or ""), {})
+        bucket = self._bucket(rt)
+        return [bucket[k] for k in keys if namespace is None or k[0] == namespace]
 
     def list(self, rt: ResourceType, namespace: str | None, *, label_selector: Any = None,
              field_selector: Any = None) -> tuple[list[dict[str, Any]], int]:
@@ -541,6 +552,7 @@ class Store:
         gone = _with_rv(last, self.rv)
         del self._bucket(rt)[key]
         self._index_remove(rt, key)
+        self._control_remove(rt, key, old)
         self._encoded.pop(id(old), None)
         self._emit(WatchEvent("DELETED", rt, gone, old, self.rv, self._clock()))
         self._after_remove(rt, gone)
@@ -693,12 +705,14 @@ class Store:
             for w in list(watchers):
                 w.close()
         self._objects, self._sorted, self._encoded, self._event_index = {}, {}, {}, {}
-        self._ns_counts = {}
+        self._ns_counts, self._controlled = {}, {}
         for group, resource, items in groups:
             bucket = self._objects[(group, resource)] = {}
             for o in items:
                 ns = o["metadata"].get("namespace", "")
                 bucket[(ns, o["metadata"]["name"])] = o
+                self._controlled.setdefault((group, resource, _controller_uid(o)), {})[
+                    (ns, o["metadata"]["name"])] = None
                 if ns:
                     self._ns_counts[ns] = self._ns_counts.get(ns, 0) + 1
         for crd in self._objects.get(CRD_KEY, {}).values():
@@ -792,6 +806,8 @@ class Store:
             self._index_add(rt, key)
         else:
             self._encoded.pop(id(old), None)
+            self._control_remove(rt, key, old)
+        self._control_add(rt, key, new)
         bucket[key] = new
         self._emit(WatchEvent(type_, rt, new, old, self.rv, self._clock()))
         return new
@@ -812,6 +828,14 @@ class Store:
         if rt.namespaced:
             self._ns_counts[key[0]] -= 1
 
+    def _control_add(self, rt: ResourceType, key: Key, obj: dict[str, Any]) -> None:
+        self._controlled.setdefault((*rt.key, _controller_uid(obj)), {})[key] = None
+
+    def _control_remove(self, rt: ResourceType, key: Key, obj: dict[str, Any]) -> None:
+        keys = self._controlled.get((*rt.key, _controller_uid(obj)))
+        if keys is not None:
+            keys.pop(key, None)
+
     def _emit(self, ev: WatchEvent) -> None:
         self._history.append(ev, ev.time)
         for w in list(self._watchers.get(ev.rt.key, ())):
@@ -821,6 +845,13 @@ class Store:
                 cb(ev)
             except Exception:  # a listener bug must not fail the write that already happened
                 log.exception("store listener failed event=%r", ev)
+
+
+def _controller_uid(obj: dict[str, Any]) -> str:
+    for ref in obj["metadata"].get("ownerReferences") or ():
+        if isinstance(ref, dict) and ref.get("controller") and ref.get("uid"):
+            return str(ref["uid"])
+    return ""
 
 
 def invalid_patch() -> ApiError:

@@ -266,8 +266,8 @@ class DeploymentController(Controller):
     def _claim(self, d: dict[str, Any]) -> list[dict[str, Any]]:
         """Owned ReplicaSets, after adopting matching orphans and releasing non-matching ones."""
         selector = label_selector_from_object(d["spec"].get("selector") or {})
-        uid = d["metadata"]["uid"]
-        items, _ = self.store.list(self.rs_rt, d["metadata"]["namespace"])
+        uid, ns = d["metadata"]["uid"], d["metadata"]["namespace"]
+        items = self.store.controlled_by(self.rs_rt, uid, ns) + self.store.controlled_by(self.rs_rt, None, ns)
         owned = []
         for rs in items:
             ref = get_controller_of(rs)
@@ -353,9 +353,8 @@ class DeploymentController(Controller):
     def _old_pods_exist(self, olds: list[dict[str, Any]]) -> bool:
         if not olds:
             return False
-        uids = {rs["metadata"]["uid"] for rs in olds}
-        items, _ = self.store.list(self.pod_rt, olds[0]["metadata"]["namespace"])
-        return any((get_controller_of(p) or {}).get("uid") in uids for p in items)
+        ns = olds[0]["metadata"]["namespace"]
+        return any(self.store.controlled_by(self.pod_rt, rs["metadata"]["uid"], ns) for rs in olds)
 
     # -- ReplicaSet writes -----------------------------------------------------------
 

@@ -153,15 +153,14 @@ class ReplicaSetController(Controller):
         return self._write_status(rs, active)
 
     def _owned_pods(self, rs: dict[str, Any]) -> list[dict[str, Any]]:
-        items, _ = self.store.list(self.pod_rt, rs["metadata"]["namespace"])
-        uid = rs["metadata"]["uid"]
-        return [p for p in items if (get_controller_of(p) or {}).get("uid") == uid]
+        return self.store.controlled_by(self.pod_rt, rs["metadata"]["uid"], rs["metadata"]["namespace"])
 
     def _claim_pods(self, rs: dict[str, Any]) -> list[dict[str, Any]]:
         """Adopt matching orphans, release owned pods that stopped matching."""
         selector = label_selector_from_object(rs["spec"].get("selector") or {})
-        uid = rs["metadata"]["uid"]
-        items, _ = self.store.list(self.pod_rt, rs["metadata"]["namespace"])
+        uid, ns = rs["metadata"]["uid"], rs["metadata"]["namespace"]
+        # only our own pods and orphans can be claimed: no scan of the namespace
+        items = self.store.controlled_by(self.pod_rt, uid, ns) + self.store.controlled_by(self.pod_rt, None, ns)
         owned = []
         for pod in items:
             ref = get_controller_of(pod)

@@ -1,21 +1,26 @@
 import asyncio
 
-from gm.controllers.runner import ControllerRunner, PermanentError, ReconcileMetrics, Requeue, TemporaryError
+from gm.controllers.runner import (
+    ControllerRunner,
+    PermanentError,
+    ReconcileMetrics,
+    Requeue,
+    TemporaryError,
+)
 from gm.kube.ratelimit import ItemExponentialFailureRateLimiter
 from gm.kube.workqueue import WorkQueue
 from shared.metrics import Registry
+from tests.conftest import wait_for
 
 
 async def _synced():
     return None
 
 
-async def run_until(runner, predicate, timeout=2.0):
+async def run_until(runner, predicate, within=2.0):
     task = asyncio.create_task(runner.run(_synced))
     try:
-        async with asyncio.timeout(timeout):
-            while not predicate():
-                await asyncio.sleep(0.005)
+        await wait_for(predicate, within=within, interval=0.005)
     finally:
         runner.queue.shut_down()
         await task
@@ -71,9 +76,7 @@ async def test_a_key_is_never_reconciled_concurrently():
     for _ in range(20):
         queue.add("ns/a")
         await asyncio.sleep(0.002)
-    async with asyncio.timeout(2):
-        while len(queue) or count < 2:
-            await asyncio.sleep(0.005)
+    await wait_for(lambda: not len(queue) and count >= 2, within=2, interval=0.005)
     queue.shut_down()
     await task
     assert overlaps == []
