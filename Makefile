@@ -25,6 +25,8 @@ lint: setup
 
 bench: setup
 	$(PY) bench/devcluster.py
+	$(PY) bench/gm_converge.py
+	$(PY) bench/lc_reports.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .devcluster
