@@ -165,3 +165,16 @@ async def test_kubectl_get_ji_fl_is_informative(gm, api, sedna_cluster, kubectl)
     header, row = out.splitlines()[:2]
     assert header.split() == ["NAME", "STATUS", "ACTIVE", "FAILED", "AGE"]
     assert row.split()[:4] == [SVC, "Running", "2", "0"]
+
+
+async def test_unchanged_spec_never_rolls(gm, api, sedna_cluster):
+    dc = sedna_cluster
+    await create_example(api)
+    await wait_for(lambda: (get(dc, JI, SVC) or {}).get("status", {}).get("active") == 2, within=10)
+    before = {n: get(dc, DEPLOYMENTS, n)["metadata"]["resourceVersion"] for n in (EDGE, CLOUD)}
+    runs = gm.reconcile_metrics.total.value("jointinferenceservice", "success")
+    # a metadata-only change triggers reconciles but is not a spec change
+    await api.patch(JI, SVC, {"metadata": {"labels": {"team": "vision"}}}, namespace=NS)
+    await wait_for(lambda: gm.reconcile_metrics.total.value("jointinferenceservice", "success") > runs,
+                   within=10, message="a reconcile after the label change")
+    assert {n: get(dc, DEPLOYMENTS, n)["metadata"]["resourceVersion"] for n in (EDGE, CLOUD)} == before

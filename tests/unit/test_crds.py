@@ -223,9 +223,15 @@ def _resolve_column(schema: dict, json_path: str) -> dict | None:
         if node.get("x-kubernetes-preserve-unknown-fields"):
             return node
         if index:
-            if node.get("type") != "array" or not re.fullmatch(r"\[-?\d*:?-?\d*\]", index):
+            if node.get("type") != "array":
                 return None
             node = node["items"]
+            flt = re.fullmatch(r"\[\?\(@\.([A-Za-z_]\w*)\s*==\s*.+\)\]", index)
+            if flt is not None:  # a filter names a field of the items
+                if flt.group(1) not in node.get("properties", {}):
+                    return None
+            elif not re.fullmatch(r"\[-?\d*:?-?\d*\]", index):
+                return None
         else:
             node = node.get("properties", {}).get(name)
             if node is None:

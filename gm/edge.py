@@ -1,0 +1,448 @@
+"""Which objects each edge node needs, kept current from the informer caches for the hub.
+
+Node assignment is a function of the caches, recomputed for an object whenever an event
+touches it or something it depends on (level-triggered: the event says *which* object to
+look at, never what changed):
+
+- a Dataset goes to its `spec.nodeName`;
+- a JointInferenceService goes to its edge worker's node: the template's `nodeName`, plus
+  every node its live edge pods run on (so a worker placed by a selector or affinity is
+  found, and during a move the old node keeps the service until its pods are gone);
+- a FederatedLearningJob goes to every trainer's node: the template's `nodeName`, else the
+  trainer Dataset's `nodeName` (the rule gm/workers places trainers by);
+- a Model goes to the nodes of the JIs and FL jobs that reference it.
+
+What goes down is a copy of the cached object with `kind`/`apiVersion` set (the cache is
+never touched, upstream bug §6.1) and, for a Dataset or Model with `credentialName`, the
+`sedna.io/credential` annotation built from the Secret as upstream does (§4.6), when the
+Secret can be read. Reading it is I/O, so it happens in `run()`, a worker fed by a
+deduplicating queue; event handlers only compute from the caches. A version is pushed to
+the nodes that do not hold it yet, a node that lost an object is told to delete it
+(deletes included), and an informer resync that changes nothing sends nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import copy
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gm.controllers.common import DATASETS, FL, JI, MODELS, PODS
+from gm.kube.client import KubeClient
+from gm.kube.errors import ApiError, NotFound, Unavailable
+from gm.kube.informer import InformerFactory, SharedInformer
+from gm.kube.ratelimit import ItemExponentialFailureRateLimiter
+from gm.kube.resources import SECRETS
+from gm.kube.workqueue import SHUTDOWN, WorkQueue
+from gm.workers.jointinference import go_json
+from proto import ObjKey
+from shared import apis
+from shared.logs import event
+from shared.objects import deep_get, meta_str
+
+log = logging.getLogger("sedna.gm.edge")
+
+CREDENTIAL_ANNOTATION = "sedna.io/credential"
+JI_EDGE_POD_SELECTOR = "jointinferenceservice.sedna.io/worker-type=edge"
+_JI_NAME_LABEL = "jointinferenceservice.sedna.io/name"
+_JI_UID_LABEL = "jointinferenceservice.sedna.io/uid"
+_DONE_PHASES = ("Succeeded", "Failed")
+
+DATASET, MODEL = apis.DATASET.kind, apis.MODEL.kind
+JOINT_INFERENCE, FEDERATED_LEARNING = apis.JOINT_INFERENCE.kind, apis.FEDERATED_LEARNING.kind
+KINDS = (DATASET, MODEL, JOINT_INFERENCE, FEDERATED_LEARNING)
+
+Obj = Mapping[str, Any]
+Notify = Callable[[str, str, str, Mapping[str, Any] | None, Iterable[str]], None]
+
+
+# -- pure rules -------------------------------------------------------------------------
+
+
+def _name(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def dataset_nodes(dataset: Obj) -> frozenset[str]:
+    node = _name(deep_get(dataset, "spec", "nodeName"))
+    return frozenset({node} if node else ())
+
+
+def ji_nodes(ji: Obj, edge_pods: Iterable[Obj]) -> frozenset[str]:
+    """The edge template's node plus the nodes of the service's live edge pods."""
+    nodes = {n for n in [_name(deep_get(ji, "spec", "edgeWorker", "template", "spec", "nodeName"))] if n}
+    uid = meta_str(ji, "uid")
+    for pod in edge_pods:
+        if deep_get(pod, "metadata", "labels", _JI_UID_LABEL) != uid:
+            continue
+        if deep_get(pod, "status", "phase") in _DONE_PHASES:
+            continue
+        node = _name(deep_get(pod, "spec", "nodeName"))
+        if node:
+            nodes.add(node)
+    return frozenset(nodes)
+
+
+def fl_nodes(job: Obj, dataset: Callable[[str], Obj | None]) -> frozenset[str]:
+    """Every trainer's node: its template's nodeName, else its Dataset's nodeName."""
+    nodes: set[str] = set()
+    workers = deep_get(job, "spec", "trainingWorkers")
+    for worker in workers if isinstance(workers, list) else ():
+        node = _name(deep_get(worker, "template", "spec", "nodeName"))
+        if node is None:
+            ds_name = _name(deep_get(worker, "dataset", "name"))
+            found = dataset(ds_name) if ds_name else None
+            node = _name(deep_get(found, "spec", "nodeName")) if found else None
+        if node:
+            nodes.add(node)
+    return frozenset(nodes)
+
+
+def credential_name(kind: str, obj: Obj) -> str | None:
+    """The Secret a Dataset or Model names for its storage (other kinds carry none down)."""
+    if kind not in (DATASET, MODEL):
+        return None
+    return _name(deep_get(obj, "spec", "credentialName"))
+
+
+def credential_annotation(secret: Obj) -> str:
+    """Upstream's annotation value: the Secret's annotations overlaid with its decoded data,
+    as Go's JSON (sorted keys). ValueError if a data value is not base64 of UTF-8."""
+    values: dict[str, str] = {}
+    annotations = deep_get(secret, "metadata", "annotations")
+    if isinstance(annotations, Mapping):
+        values.update({str(k): str(v) for k, v in annotations.items()})
+    data = secret.get("data")
+    for key, encoded in (data.items() if isinstance(data, Mapping) else ()):
+        try:
+            values[str(key)] = base64.b64decode(str(encoded), validate=True).decode("utf-8")
+        except (binascii.Error, ValueError) as exc:
+            raise ValueError(f"data key {key!r} is not base64 of UTF-8 text: {exc}") from None
+    return go_json(dict(sorted(values.items())))
+
+
+def downstream_copy(kind: str, obj: Obj, *, credential: str | None = None) -> dict[str, Any]:
+    """A private copy of `obj` to send: kind/apiVersion set, credential annotation when given."""
+    out = copy.deepcopy(dict(obj))
+    out["kind"] = kind
+    out["apiVersion"] = apis.API_VERSION
+    if credential is not None:
+        meta = out.setdefault("metadata", {})
+        meta["annotations"] = {**(meta.get("annotations") or {}), CREDENTIAL_ANNOTATION: credential}
+    return out
+
+
+def _model_keys(kind: str, obj: Obj | None) -> frozenset[ObjKey]:
+    if obj is None:
+        return frozenset()
+    api = apis.by_kind(kind)
+    ns = meta_str(obj, "namespace")
+    return frozenset((MODEL, ns, m) for m in apis.model_names(api, obj)) if api else frozenset()
+
+
+def _dataset_keys(kind: str, obj: Obj | None) -> frozenset[ObjKey]:
+    if obj is None or kind != FEDERATED_LEARNING:
+        return frozenset()
+    ns = meta_str(obj, "namespace")
+    return frozenset((DATASET, ns, d) for d in apis.dataset_names(apis.FEDERATED_LEARNING, obj))
+
+
+# -- the object source ------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Entry:
+    """One object that some node needs.
+
+    Invariant: `sent_to` <= `nodes`; every node in `sent_to` has been given `payload`
+    (queued to its session, or it gets it in its next snapshot)."""
+
+    nodes: frozenset[str]  # where the object belongs now (what is_assigned answers)
+    payload: dict[str, Any] | None = None  # None until the first version is ready
+    source_rv: str | None = None  # resourceVersion `payload` was built from
+    sent_to: frozenset[str] = frozenset()
+
+
+@dataclass(slots=True)
+class _Refs:
+    """What a JI or FL job depends on, as last computed (to know whom to recompute)."""
+
+    models: frozenset[ObjKey] = frozenset()
+    datasets: frozenset[ObjKey] = frozenset()
+
+
+@dataclass(slots=True)
+class EdgeStats:
+    published: int = 0  # versions handed to the hub (one per object, not per node)
+    deletes: int = 0  # (object, node) pairs withdrawn
+    credential_reads: int = 0  # Secrets read and turned into the annotation
+    credential_failures: int = 0  # Secret absent or unreadable: sent without the annotation
+    credential_retries: int = 0  # transient API errors, retried with backoff
+
+
+@dataclass(slots=True)
+class _Deps:
+    model_users: dict[ObjKey, set[ObjKey]] = field(default_factory=dict)
+    dataset_users: dict[ObjKey, set[ObjKey]] = field(default_factory=dict)
+
+
+class EdgeObjects:
+    """The hub's `ObjectSource`, fed by informer events; `bind(hub.notify_changed)` before start."""
+
+    def __init__(self, informers: InformerFactory, client: KubeClient, *,
+                 retry_base: float = 0.5, retry_max: float = 30.0):
+        self._client = client
+        self._informers: dict[str, SharedInformer] = {
+            DATASET: informers.informer(DATASETS), MODEL: informers.informer(MODELS),
+            JOINT_INFERENCE: informers.informer(JI), FEDERATED_LEARNING: informers.informer(FL),
+        }
+        self._pods = informers.informer(PODS, label_selector=JI_EDGE_POD_SELECTOR)
+        self._notify: Notify | None = None
+        self._entries: dict[ObjKey, _Entry] = {}
+        self._by_node: dict[str, set[ObjKey]] = {}  # node -> keys whose sent_to holds it
+        self._refs: dict[ObjKey, _Refs] = {}
+        self._deps = _Deps()
+        # keys waiting for their Secret; a key is in `_awaiting` until its payload is published
+        self._credentials = WorkQueue("edge-credentials",
+                                      rate_limiter=ItemExponentialFailureRateLimiter(retry_base, retry_max))
+        self._awaiting: set[ObjKey] = set()
+        self._settled = asyncio.Event()  # set while `_awaiting` is empty
+        self._settled.set()
+        self.stats = EdgeStats()
+
+    def bind(self, notify: Notify) -> None:
+        """Connect to the hub and start following the informers."""
+        self._notify = notify
+        for kind, inf in self._informers.items():
+            handler = self._handler(kind)
+            inf.add_event_handler(on_add=handler, on_update=lambda _o, n, h=handler: h(n), on_delete=handler)
+        self._pods.add_event_handler(on_add=self._on_pod, on_update=lambda _o, n: self._on_pod(n),
+                                     on_delete=self._on_pod)
+
+    # -- ObjectSource ---------------------------------------------------------------------
+
+    def objects_for_node(self, node: str) -> list[tuple[str, str, str, Mapping[str, Any]]]:
+        out = []
+        for key in sorted(self._by_node.get(node, ())):
+            payload = self._entries[key].payload
+            if payload is not None:
+                out.append((*key, payload))
+        return out
+
+    def is_assigned(self, node: str, kind: str, namespace: str, name: str) -> bool:
+        entry = self._entries.get((kind, namespace, name))
+        return entry is not None and node in entry.nodes
+
+    def nodes_of(self, kind: str, namespace: str, name: str) -> frozenset[str]:
+        """Where the object belongs right now (empty when no node needs it)."""
+        entry = self._entries.get((kind, namespace, name))
+        return entry.nodes if entry is not None else frozenset()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def awaiting_credentials(self) -> int:
+        return len(self._awaiting)
+
+    async def wait_settled(self) -> None:
+        """Until no object waits for its Secret (so a snapshot now holds every assigned object)."""
+        await self._settled.wait()
+
+    def _await_credential(self, key: ObjKey) -> None:
+        self._awaiting.add(key)
+        self._settled.clear()
+        self._credentials.add(key)
+
+    def _settle(self, key: ObjKey) -> None:
+        self._awaiting.discard(key)
+        if not self._awaiting:
+            self._settled.set()
+
+    # -- event handlers (cache reads only) ------------------------------------------------
+
+    def _handler(self, kind: str) -> Callable[[Obj], None]:
+        def on_event(obj: Obj) -> None:
+            self.refresh((kind, meta_str(obj, "namespace"), meta_str(obj, "name")))
+        return on_event
+
+    def _on_pod(self, pod: Obj) -> None:
+        name = deep_get(pod, "metadata", "labels", _JI_NAME_LABEL)
+        if isinstance(name, str) and name:
+            self.refresh((JOINT_INFERENCE, meta_str(pod, "namespace"), name))
+
+    def refresh(self, key: ObjKey) -> None:
+        """Recompute one object's nodes from the caches and push what changed."""
+        kind, namespace, name = key
+        obj = self._informers[kind].store.get_by_name(namespace or None, name)
+        nodes = self._nodes(key, obj)
+        before = self.nodes_of(*key)
+        self._assign(key, obj, nodes)
+        if kind in (JOINT_INFERENCE, FEDERATED_LEARNING):
+            # Models follow their users: recompute those whose users or users' nodes changed
+            models = self._track_refs(key, obj)
+            if before != nodes:
+                models |= self._refs.get(key, _Refs()).models
+            for model in sorted(models):
+                self.refresh(model)
+        if kind == DATASET:
+            for job in sorted(self._deps.dataset_users.get(key, ())):
+                self.refresh(job)
+
+    def _nodes(self, key: ObjKey, obj: Obj | None) -> frozenset[str]:
+        kind, namespace, _ = key
+        if kind == MODEL:
+            users = self._deps.model_users.get(key, ())
+            return frozenset().union(*(self.nodes_of(*u) for u in users))
+        if obj is None:
+            return frozenset()
+        if kind == DATASET:
+            return dataset_nodes(obj)
+        if kind == JOINT_INFERENCE:
+            uid = meta_str(obj, "uid")
+            return ji_nodes(obj, self._pods.store.by_index("label", f"{_JI_UID_LABEL}={uid}"))
+        datasets = self._informers[DATASET].store
+        return fl_nodes(obj, lambda name: datasets.get_by_name(namespace or None, name))
+
+    def _track_refs(self, key: ObjKey, obj: Obj | None) -> set[ObjKey]:
+        """Record the Models/Datasets a job references; returns the Models whose users changed."""
+        old = self._refs.pop(key, _Refs())
+        new = _Refs(_model_keys(key[0], obj), _dataset_keys(key[0], obj))
+        if new.models or new.datasets:
+            self._refs[key] = new
+        _relink(self._deps.model_users, key, old.models, new.models)
+        _relink(self._deps.dataset_users, key, old.datasets, new.datasets)
+        return set(old.models ^ new.models)
+
+    # -- assignment and publishing --------------------------------------------------------
+
+    def _assign(self, key: ObjKey, obj: Obj | None, nodes: frozenset[str]) -> None:
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._withdraw(key, entry, entry.sent_to - nodes)
+        if obj is None or not nodes:
+            if entry is not None:
+                del self._entries[key]
+            self._settle(key)
+            return
+        if entry is None:
+            entry = self._entries[key] = _Entry(nodes)
+        entry.nodes = nodes
+        if credential_name(key[0], obj) is not None:
+            self._await_credential(key)
+            return
+        rv = meta_str(obj, "resourceVersion")
+        if entry.payload is not None and entry.source_rv == rv and rv:
+            self._publish(key, entry.payload, rv)  # same version: only nodes that lack it
+        else:
+            self._publish(key, downstream_copy(key[0], obj), rv)
+
+    def _withdraw(self, key: ObjKey, entry: _Entry, lost: frozenset[str]) -> None:
+        if not lost:
+            return
+        self._set_sent(key, entry, entry.sent_to - lost)
+        self.stats.deletes += len(lost)
+        self._emit(key, None, lost)
+
+    def _publish(self, key: ObjKey, payload: dict[str, Any], rv: str) -> None:
+        """Make `payload` the object's version and hand it to every node that lacks it."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return
+        targets = entry.nodes if payload != entry.payload else entry.nodes - entry.sent_to
+        entry.payload, entry.source_rv = payload, rv
+        self._set_sent(key, entry, entry.nodes)
+        self._settle(key)
+        if targets:
+            self.stats.published += 1
+            self._emit(key, payload, targets)
+
+    def _set_sent(self, key: ObjKey, entry: _Entry, sent: frozenset[str]) -> None:
+        for node in entry.sent_to - sent:
+            keys = self._by_node.get(node)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._by_node[node]
+        for node in sent - entry.sent_to:
+            self._by_node.setdefault(node, set()).add(key)
+        entry.sent_to = sent
+
+    def _emit(self, key: ObjKey, payload: Mapping[str, Any] | None, nodes: frozenset[str]) -> None:
+        if self._notify is not None:
+            self._notify(*key, payload, sorted(nodes))
+
+    # -- the credential worker ------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Read the Secrets of Datasets/Models that name one, until `stop()`."""
+        while True:
+            key = await self._credentials.get()
+            if key is SHUTDOWN:
+                return
+            try:
+                await self._resolve(key)  # type: ignore[arg-type]
+            finally:
+                self._credentials.done(key)
+
+    def stop(self) -> None:
+        self._credentials.shut_down()
+
+    async def _resolve(self, key: ObjKey) -> None:
+        kind, namespace, name = key
+        obj = self._informers[kind].store.get_by_name(namespace or None, name)
+        secret_name = credential_name(kind, obj) if obj is not None else None
+        if secret_name is None or key not in self._entries:
+            self._credentials.forget(key)
+            return  # deleted, unassigned or no longer needs a Secret: refresh handled it
+        credential = await self._read_credential(key, secret_name)
+        if credential is _RETRY:
+            return
+        latest = self._informers[kind].store.get_by_name(namespace or None, name)
+        if latest is None or credential_name(kind, latest) != secret_name:
+            self._credentials.add(key)  # changed while we read: look again
+            return
+        self._publish(key, downstream_copy(kind, latest, credential=credential),  # type: ignore[arg-type]
+                      meta_str(latest, "resourceVersion"))
+
+    async def _read_credential(self, key: ObjKey, secret_name: str) -> str | None | object:
+        """The annotation value; None to send without it; _RETRY after a transient error."""
+        kind, namespace, name = key
+        where = {"key": f"{namespace}/{name}", "kind": kind, "secret": secret_name}
+        try:
+            secret = await self._client.get(SECRETS, secret_name, namespace=namespace)
+            value = credential_annotation(secret)
+        except Unavailable as exc:
+            self.stats.credential_retries += 1
+            event(log, "secret read failed, will retry", level=logging.WARNING, **where, error=str(exc))
+            self._credentials.add_rate_limited(key)
+            return _RETRY
+        except (ApiError, ValueError) as exc:
+            self.stats.credential_failures += 1
+            reason = "secret not found" if isinstance(exc, NotFound) else str(exc)
+            event(log, "sending without credential", level=logging.WARNING, **where, error=reason)
+            self._credentials.forget(key)
+            return None
+        self.stats.credential_reads += 1
+        self._credentials.forget(key)
+        return value
+
+
+_RETRY = object()
+
+
+def _relink(index: dict[ObjKey, set[ObjKey]], user: ObjKey, old: frozenset[ObjKey],
+            new: frozenset[ObjKey]) -> None:
+    for dep in old - new:
+        users = index.get(dep)
+        if users is not None:
+            users.discard(user)
+            if not users:
+                del index[dep]
+    for dep in new - old:
+        index.setdefault(dep, set()).add(user)

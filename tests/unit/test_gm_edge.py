@@ -1,0 +1,89 @@
+"""The pure rules of gm/edge.py: node assignment, credential annotation, downstream copies."""
+
+from __future__ import annotations
+
+import base64
+import copy
+
+import pytest
+
+from gm.edge import (
+    CREDENTIAL_ANNOTATION,
+    credential_annotation,
+    credential_name,
+    dataset_nodes,
+    downstream_copy,
+    fl_nodes,
+    ji_nodes,
+)
+
+UID_LABEL = "jointinferenceservice.sedna.io/uid"
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def test_dataset_nodes():
+    assert dataset_nodes({"spec": {"nodeName": "e1"}}) == {"e1"}
+    assert dataset_nodes({"spec": {"nodeName": ""}}) == frozenset()
+    assert dataset_nodes({"spec": {}}) == frozenset()
+
+
+def pod(node, *, uid="u1", phase="Running"):
+    return {"metadata": {"labels": {UID_LABEL: uid}}, "spec": {"nodeName": node}, "status": {"phase": phase}}
+
+
+def test_ji_nodes_template_and_live_pods_of_this_service():
+    ji = {"metadata": {"uid": "u1"}, "spec": {"edgeWorker": {"template": {"spec": {"nodeName": "e1"}}}}}
+    pods = [pod("e2"), pod("e3", phase="Succeeded"), pod("e4", uid="other"), pod(None)]
+    assert ji_nodes(ji, pods) == {"e1", "e2"}
+    selector_only = {"metadata": {"uid": "u1"}, "spec": {"edgeWorker": {"template": {"spec": {}}}}}
+    assert ji_nodes(selector_only, []) == frozenset()
+
+
+def test_fl_nodes_template_else_dataset_node():
+    datasets = {"d1": {"spec": {"nodeName": "e1"}}, "d2": {"spec": {"nodeName": "e2"}}}
+    job = {"spec": {"trainingWorkers": [
+        {"dataset": {"name": "d1"}, "template": {"spec": {"nodeName": "e9"}}},
+        {"dataset": {"name": "d2"}, "template": {"spec": {}}},
+        {"dataset": {"name": "missing"}, "template": {}},
+    ]}}
+    assert fl_nodes(job, datasets.get) == {"e9", "e2"}
+    assert fl_nodes({"spec": {"trainingWorkers": "bad"}}, datasets.get) == frozenset()
+
+
+def test_credential_name_only_for_datasets_and_models():
+    obj = {"spec": {"credentialName": "s3"}}
+    assert credential_name("Dataset", obj) == "s3"
+    assert credential_name("Model", obj) == "s3"
+    assert credential_name("FederatedLearningJob", obj) is None
+    assert credential_name("Dataset", {"spec": {}}) is None
+
+
+def test_credential_annotation_data_overrides_annotations_sorted():
+    secret = {"metadata": {"annotations": {"s3-endpoint": "minio:9000", "ACCESS_KEY_ID": "old"}},
+              "data": {"SECRET_ACCESS_KEY": b64("s<k>"), "ACCESS_KEY_ID": b64("ak")}}
+    assert credential_annotation(secret) == (
+        '{"ACCESS_KEY_ID":"ak","SECRET_ACCESS_KEY":"s\\u003ck\\u003e","s3-endpoint":"minio:9000"}')
+
+
+def test_credential_annotation_without_annotations_does_not_crash():
+    # upstream panics on a Secret with data and no annotations (spec §4.6)
+    assert credential_annotation({"metadata": {}, "data": {"K": b64("v")}}) == '{"K":"v"}'
+
+
+def test_credential_annotation_bad_data():
+    with pytest.raises(ValueError, match="data key 'K' is not base64 of UTF-8 text"):
+        credential_annotation({"metadata": {}, "data": {"K": "%%%"}})
+
+
+def test_downstream_copy_leaves_the_cached_object_alone():
+    cached = {"metadata": {"name": "d", "annotations": {"a": "1"}}, "spec": {"nodeName": "e1"}}
+    before = copy.deepcopy(cached)
+    sent = downstream_copy("Dataset", cached, credential='{"K":"v"}')
+    assert sent == {"kind": "Dataset", "apiVersion": "sedna.io/v1alpha1",
+                    "metadata": {"name": "d", "annotations": {"a": "1", CREDENTIAL_ANNOTATION: '{"K":"v"}'}},
+                    "spec": {"nodeName": "e1"}}
+    sent["spec"]["nodeName"] = "changed"
+    assert cached == before
