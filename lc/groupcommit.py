@@ -25,6 +25,7 @@ from lc.errors import StoreBusyError, StoreClosedError, StoreError
 log = logging.getLogger(__name__)
 
 Op = Callable[[Any], Any]
+Item = tuple[Op, "asyncio.Future[Any]", Callable[[Any], None] | None]
 """A write operation: called on the DB thread with the connection, inside a transaction."""
 
 BatchRunner = Callable[[list[Op]], list[Any]]
@@ -57,14 +58,17 @@ class GroupCommitter:
         self._task = asyncio.create_task(self._writer(), name="lc-store-group-commit")
         self._task.add_done_callback(self._on_writer_done)
 
-    async def submit(self, op: Op) -> Any:
-        """Queue `op`; return its result once the transaction holding it committed."""
+    async def submit(self, op: Op, *, on_commit: Callable[[Any], None] | None = None) -> Any:
+        """Queue `op`; return its result once the transaction holding it committed.
+
+        `on_commit(result)` runs on the event loop right after the commit even if the caller
+        was cancelled meanwhile: bookkeeping that must follow a committed write goes there."""
         if self._closed:
             raise StoreClosedError("store is closed")
         if self._queue.qsize() >= self._max_waiting:
             raise StoreBusyError(f"{self._max_waiting} writes already wait for a commit")
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((op, future))
+        self._queue.put_nowait((op, future, on_commit))
         return await future
 
     async def close(self) -> None:
@@ -85,7 +89,7 @@ class GroupCommitter:
             if stop:
                 return
 
-    async def _next_batch(self) -> tuple[list[tuple[Op, asyncio.Future[Any]]], bool]:
+    async def _next_batch(self) -> tuple[list[Item], bool]:
         """Wait for one op, then take whatever else is already queued (up to max_batch)."""
         item = await self._queue.get()
         if item is None:
@@ -99,11 +103,11 @@ class GroupCommitter:
         return batch, False
 
     async def _commit(self, loop: asyncio.AbstractEventLoop,
-                      batch: list[tuple[Op, asyncio.Future[Any]]]) -> None:
+                      batch: list[Item]) -> None:
         started = time.perf_counter()
         try:
             results = await loop.run_in_executor(self._executor, self._run_batch,
-                                                 [op for op, _ in batch])
+                                                 [item[0] for item in batch])
         except asyncio.CancelledError:
             _fail(batch, StoreClosedError("store writer cancelled during a commit"))
             raise
@@ -114,7 +118,9 @@ class GroupCommitter:
         self.batches += 1
         if self._observe is not None:
             self._observe(len(batch), time.perf_counter() - started)
-        for (_, future), result in zip(batch, results, strict=True):
+        for (_, future, on_commit), result in zip(batch, results, strict=True):
+            if on_commit is not None and not isinstance(result, BaseException):
+                on_commit(result)
             if future.done():
                 continue  # the caller went away; its op is committed all the same
             if isinstance(result, BaseException):
@@ -133,7 +139,7 @@ class GroupCommitter:
                     item[1].set_exception(error)
 
 
-def _fail(batch: list[tuple[Op, asyncio.Future[Any]]], error: BaseException) -> None:
-    for _, future in batch:
+def _fail(batch: list[Item], error: BaseException) -> None:
+    for _, future, _ in batch:
         if not future.done():
             future.set_exception(error)

@@ -23,6 +23,7 @@ import asyncio
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -102,7 +103,7 @@ class Store:
         self._executor = executor
         self._conn = conn
         self._committer = GroupCommitter(self._run_batch, executor, observe=observe)
-        self._outbox_changed = asyncio.Condition()
+        self._outbox_grew = asyncio.Event()  # replaced by a fresh one after every set
         self._outbox_size = 0
         self._last_seq = 0
         self._open = True
@@ -161,24 +162,28 @@ class Store:
 
     async def append_report(self, kind: str, namespace: str, name: str, body: Any) -> int:
         """Durably append one report for the GM; returns its sequence number."""
-        seqs = await self.write(_append_op([(kind, namespace, name, encode(body))]))
-        await self._published(seqs)
+        seqs = await self.write(_append_op([(kind, namespace, name, encode(body))]),
+                                on_commit=self._published)
         return seqs[0]
 
-    async def write(self, op: Op) -> Any:
-        """Run `op(conn)` in the next group-commit transaction; return its result."""
+    async def write(self, op: Op, *, on_commit: Callable[[Any], None] | None = None) -> Any:
+        """Run `op(conn)` in the next group-commit transaction; return its result.
+        `on_commit(result)` runs once it committed, even if this caller is cancelled."""
         if not self._open:
             raise StoreClosedError("store is closed")
-        return await self._committer.submit(op)
+        return await self._committer.submit(op, on_commit=on_commit)
 
-    async def _published(self, seqs: list[int]) -> None:
+    def _published(self, seqs: list[int]) -> None:
         """Account for committed outbox rows and wake whoever waits for them."""
         if not seqs:
             return
         self._outbox_size += len(seqs)
         self._last_seq = max(self._last_seq, seqs[-1])
-        async with self._outbox_changed:
-            self._outbox_changed.notify_all()
+        grew, self._outbox_grew = self._outbox_grew, asyncio.Event()
+        grew.set()
+
+    def _acked(self, deleted: int) -> None:
+        self._outbox_size -= deleted
 
     async def pending(self, after_seq: int = 0, limit: int = 100) -> list[OutboxEntry]:
         """Unacked entries with seq > after_seq, oldest first."""
@@ -189,28 +194,25 @@ class Store:
 
     async def ack(self, upto: int) -> int:
         """Drop every entry with seq <= upto (cumulative ack); returns how many went."""
-        deleted = await self.write(
-            lambda c: c.execute("DELETE FROM lc_outbox WHERE seq <= ?", (upto,)).rowcount)
-        self._outbox_size -= deleted
-        return deleted
+        return await self.write(
+            lambda c: c.execute("DELETE FROM lc_outbox WHERE seq <= ?", (upto,)).rowcount,
+            on_commit=self._acked)
 
     async def ack_one(self, seq: int) -> bool:
         """Drop the single entry `seq`; True if it was there."""
         deleted = await self.write(
-            lambda c: c.execute("DELETE FROM lc_outbox WHERE seq = ?", (seq,)).rowcount)
-        self._outbox_size -= deleted
+            lambda c: c.execute("DELETE FROM lc_outbox WHERE seq = ?", (seq,)).rowcount,
+            on_commit=self._acked)
         return deleted == 1
 
     async def wait_outbox(self, after_seq: int, within: float | None = None) -> bool:
         """Wait up to `within` seconds for an entry with seq > after_seq; False if none came."""
-        if self._last_seq > after_seq:
-            return True
-        async with self._outbox_changed:
-            try:
-                await asyncio.wait_for(
-                    self._outbox_changed.wait_for(lambda: self._last_seq > after_seq), within)
-            except TimeoutError:
-                return False
+        try:
+            async with asyncio.timeout(within):
+                while self._last_seq <= after_seq:
+                    await self._outbox_grew.wait()
+        except TimeoutError:
+            return False
         return True
 
     # ---- workers ---------------------------------------------------------------------
@@ -226,9 +228,7 @@ class Store:
             conn.execute("INSERT OR REPLACE INTO lc_workers VALUES (?,?,?,?,?,?,?)", worker)
             return _append_op(rows)(conn)
 
-        seqs = await self.write(op)
-        await self._published(seqs)
-        return seqs
+        return await self.write(op, on_commit=self._published)
 
     async def route_worker(self, namespace: str, name: str, received_at: float, *,
                            routed_kind: str, entries: list[tuple[str, str, str, Any]]) -> bool:
@@ -242,8 +242,7 @@ class Store:
                 (routed_kind, namespace, name, received_at))
             return _append_op(rows)(conn) if cur.rowcount == 1 else []
 
-        seqs = await self.write(op)
-        await self._published(seqs)
+        seqs = await self.write(op, on_commit=self._published)
         return bool(seqs) or not rows
 
     async def workers(self) -> list[WorkerRecord]:

@@ -250,3 +250,21 @@ async def test_group_committer_refuses_beyond_its_backlog() -> None:
         assert [await first, *[await q for q in queued]] == ["a", 0, 1]
         await committer.close()
     assert batches == [1, 2]
+
+
+async def test_outbox_accounting_survives_cancelled_callers(store: Store) -> None:
+    # a caller cancelled after submitting still has its write committed: the counts must follow
+    append = asyncio.create_task(store.append_report("Dataset", "default", "d1", {"n": 1}))
+    await asyncio.sleep(0)
+    append.cancel()
+    await store.wait_outbox(0, within=2)
+    assert store.outbox_size == 1 and store.last_seq >= 1
+    seq = (await store.pending())[0].seq
+    ack = asyncio.create_task(store.ack_one(seq))
+    await asyncio.sleep(0)
+    ack.cancel()
+    for _ in range(200):
+        if store.outbox_size == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert store.outbox_size == 0 and await store.pending() == []

@@ -1,0 +1,471 @@
+"""The LC link against a real GM hub on a random port, with the real LC store and managers.
+
+The GM side is gm.hub.Hub with in-memory source/handler classes written here; the LC side
+is a real LocalController (SQLite on a temp file, real managers) whose link is either the
+production `link_factory` or a GMLink built with short timings for restart scenarios.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import WSMsgType, web
+
+from gm.hub import Hub, ReportDeferred
+from lc.app import LocalController
+from lc.config import LCConfig
+from lc.link import GMLink, LinkSettings, link_factory
+from proto import SUBPROTOCOL, Message, ObjKey, Op, decode_native, encode_native, hello
+from tests.conftest import wait_for
+
+NODE = "edge-1"
+TIMEOUT = 10.0
+
+
+class MemSource:
+    """Which objects each node needs, held in a dict (the GM's informer view)."""
+
+    def __init__(self) -> None:
+        self.by_node: dict[str, dict[ObjKey, dict[str, Any]]] = {}
+
+    def put(self, kind: str, name: str, obj: dict[str, Any], node: str = NODE) -> None:
+        self.by_node.setdefault(node, {})[(kind, "default", name)] = obj
+
+    def remove(self, kind: str, name: str, node: str = NODE) -> None:
+        del self.by_node[node][(kind, "default", name)]
+
+    def objects_for_node(self, node: str) -> list[tuple[str, str, str, Mapping[str, Any]]]:
+        return [(*key, obj) for key, obj in self.by_node.get(node, {}).items()]
+
+    def is_assigned(self, node: str, kind: str, namespace: str, name: str) -> bool:
+        return (kind, namespace, name) in self.by_node.get(node, {})
+
+
+class MemHandler:
+    """Records every applied report as (node, seq, kind, name, body); can be held closed."""
+
+    def __init__(self) -> None:
+        self.applied: list[tuple[str, int, str, str, dict[str, Any]]] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.waiting = 0
+        self.defer: dict[str, int] = {}  # name -> how many more times to defer its reports
+        self.deferred = 0
+
+    async def handle_status(self, node: str, message: Message) -> None:
+        if self.defer.get(message.name, 0) > 0:
+            self.defer[message.name] -= 1
+            self.deferred += 1
+            raise ReportDeferred("api server unavailable")
+        self.waiting += 1
+        try:
+            await self.gate.wait()
+        finally:
+            self.waiting -= 1
+        self.applied.append((node, message.seq, message.kind, message.name, dict(message.body or {})))
+
+    def seqs(self, name: str | None = None) -> list[int]:
+        return [seq for _, seq, _, n, _ in self.applied if name is None or n == name]
+
+
+def model(name: str, version: int = 1) -> dict[str, Any]:
+    return {"kind": "Model", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"url": f"/models/{name}-{version}.pb", "format": "pb"}}
+
+
+def dataset(name: str) -> dict[str, Any]:
+    return {"kind": "Dataset", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"url": f"/data/{name}.txt", "format": "txt", "nodeName": NODE}}
+
+
+@web.middleware
+async def strip_subprotocol(request: web.Request, handler: Callable[[web.Request], Awaitable[Any]]) -> Any:
+    """Make the hub behave like an upstream GM: it never sees the offered subprotocol."""
+    headers = request.headers.copy()
+    headers.popall("Sec-WebSocket-Protocol", None)
+    return await handler(request.clone(headers=headers))
+
+
+class HubServer:
+    """A Hub on an aiohttp site that can be stopped and started again on the same port."""
+
+    def __init__(self, source: MemSource, handler: MemHandler, *, upstream_only: bool = False,
+                 token: str | None = None) -> None:
+        self.source, self.handler = source, handler
+        self.upstream_only = upstream_only
+        self.token = token
+        self.port = 0
+        self.hub: Hub | None = None
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def start(self) -> Hub:
+        self.hub = Hub(self.source, self.handler, token=self.token, close_timeout=1.0,
+                       handler_timeout=TIMEOUT)
+        app = web.Application(middlewares=[strip_subprotocol] if self.upstream_only else [])
+        self.hub.attach(app)
+        self._runner = web.AppRunner(app, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        return self.hub
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+
+@pytest.fixture
+def source() -> MemSource:
+    src = MemSource()
+    src.put("Model", "m1", model("m1"))
+    src.put("Model", "m2", model("m2"))
+    src.put("Dataset", "d1", dataset("d1"))
+    return src
+
+
+@pytest.fixture
+def handler() -> MemHandler:
+    return MemHandler()
+
+
+@pytest.fixture
+async def gm(source: MemSource, handler: MemHandler) -> AsyncIterator[HubServer]:
+    server = HubServer(source, handler)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+def lc_config(tmp_path: Path, gm_address: str | None) -> LCConfig:
+    return LCConfig(gm_address=gm_address, gm_scheme="ws", gm_token=None, node_name=NODE,
+                    bind_address="127.0.0.1", bind_port=0, rootfs=str(tmp_path / "rootfs"),
+                    db_path=str(tmp_path / "lc.db"), db_synchronous="NORMAL",
+                    dataset_period=3600.0, log_level="info", log_format="text")
+
+
+def fast_settings(address: str, **overrides: Any) -> LinkSettings:
+    options: dict[str, Any] = {"ping_interval": 0.5, "silence_timeout": 3.0, "hello_timeout": 2.0,
+                               "connect_timeout": 2.0, "close_timeout": 1.0, "ack_timeout": 5.0,
+                               "idle_poll": 0.5, "backoff_base": 0.02, "backoff_cap": 0.2,
+                               "replaced_delay": 60.0}
+    return LinkSettings(url=f"ws://{address}/", node=NODE, **{**options, **overrides})
+
+
+@pytest.fixture
+async def lc(tmp_path: Path) -> AsyncIterator[LocalController]:
+    """A started LocalController without a link: tests attach GMLinks to it directly."""
+    controller = LocalController(lc_config(tmp_path, None))
+    await controller.start()
+    try:
+        yield controller
+    finally:
+        await controller.stop()
+
+
+@pytest.fixture
+async def links() -> AsyncIterator[list[GMLink]]:
+    started: list[GMLink] = []
+    try:
+        yield started
+    finally:
+        for link in started:
+            await link.stop(within=5.0)
+
+
+def attach(lc: LocalController, links: list[GMLink], address: str, **overrides: Any) -> GMLink:
+    assert lc.store is not None
+    link = GMLink(fast_settings(address, **overrides), store=lc.store, sink=lc)
+    link.start()
+    links.append(link)
+    return link
+
+
+async def stored(lc: LocalController) -> dict[tuple[str, str], dict[str, Any]]:
+    assert lc.store is not None
+    return {(kind, name): obj for kind, _, name, obj in await lc.store.list_resources()}
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
+    """Poll an async check until true; fail after TIMEOUT seconds."""
+    async with asyncio.timeout(TIMEOUT):
+        while not await check():  # noqa: ASYNC110 - polling the LC's store from outside, bounded
+            await asyncio.sleep(0.02)
+    assert await check(), what
+
+
+# ---- the production seam ------------------------------------------------------------------
+
+
+async def test_lc_with_link_factory_stores_the_snapshot_and_forgets_stale_objects(
+        tmp_path: Path, gm: HubServer) -> None:
+    from lc.store import Store
+
+    pre = await Store.open(str(tmp_path / "lc.db"))
+    await pre.put_resource("Model", "default", "stale", model("stale"))
+    await pre.close()
+    controller = LocalController(lc_config(tmp_path, gm.address), link_factory=link_factory)
+    await controller.start()
+    try:
+        assert isinstance(controller.link, GMLink)
+        await controller.link.wait_connected(TIMEOUT)
+        expected = {("Model", "m1"): model("m1"), ("Model", "m2"): model("m2"),
+                    ("Dataset", "d1"): dataset("d1")}
+        await eventually(lambda: _equals(stored(controller), expected), "snapshot stored, stale gone")
+        assert controller.link.info.mode == "native"
+        info = controller.link.info.as_dict()
+        assert (info["connected"], info["sessions"], info["reconnects"], info["last_error"]) == (True, 1, 0, "")
+        async with aiohttp.ClientSession() as http:
+            base = f"http://127.0.0.1:{controller.port}"
+            async with http.get(f"{base}/readyz") as resp:
+                assert (resp.status, (await resp.json())["link"]) == (200, "connected")
+            async with http.get(f"{base}/metrics") as resp:
+                text = await resp.text()
+        assert "sedna_lc_link_connected 1" in text
+        assert 'sedna_lc_link_mode{mode="native"} 1' in text
+    finally:
+        await controller.stop()
+    assert controller.link.state == "stopped"
+
+
+async def _equals(actual: Awaitable[Any], expected: Any) -> bool:
+    return await actual == expected
+
+
+# ---- downstream ---------------------------------------------------------------------------
+
+
+async def test_deltas_are_applied_in_order(gm: HubServer, lc: LocalController, links: list[GMLink],
+                                           source: MemSource) -> None:
+    link = attach(lc, links, gm.address)
+    await link.wait_connected(TIMEOUT)
+    await eventually(lambda: _has(stored(lc), ("Model", "m2")), "snapshot applied")
+    assert gm.hub is not None
+    steps: list[tuple[str, dict[str, Any] | None]] = [
+        ("m3", model("m3", 1)), ("m3", None), ("m3", model("m3", 2)),  # ends present at v2
+        ("m4", model("m4", 1)), ("m4", model("m4", 2)), ("m4", None),  # ends deleted
+        ("m1", None),
+    ]
+    for name, obj in steps:
+        gm.hub.notify_changed("Model", "default", name, obj, [NODE])
+        await asyncio.sleep(0)  # let the hub's writer run between changes, so frames are not all coalesced
+    expected = {("Model", "m2"): model("m2"), ("Model", "m3"): model("m3", 2), ("Dataset", "d1"): dataset("d1")}
+    await eventually(lambda: _equals(stored(lc), expected), "deltas applied in order")
+    assert link.applier.stats.errors == 0
+
+
+async def _has(actual: Awaitable[dict[Any, Any]], key: Any) -> bool:
+    return key in await actual
+
+
+async def test_broken_downstream_frame_reconnects_without_crashing(
+        tmp_path: Path, lc: LocalController, links: list[GMLink]) -> None:
+    """A GM that sends garbage after hello: the link closes with 1007 and dials again."""
+    closes: list[int | None] = []
+    connections = 0
+
+    async def bad_gm(request: web.Request) -> web.WebSocketResponse:
+        nonlocal connections
+        connections += 1
+        ws = web.WebSocketResponse(protocols=(SUBPROTOCOL,))
+        await ws.prepare(request)
+        first = await ws.receive(timeout=TIMEOUT)
+        assert decode_native(first.data).op is Op.HELLO
+        await ws.send_bytes(encode_native(hello(NODE)))
+        await ws.send_bytes(b"\xc1 not msgpack")
+        closing = await ws.receive(timeout=TIMEOUT)
+        closes.append(closing.data if closing.type is WSMsgType.CLOSE else None)
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/", bad_gm)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        link = attach(lc, links, f"127.0.0.1:{runner.addresses[0][1]}")
+        # Sessions that die at once do not reset the backoff: consecutive failures pile up.
+        await wait_for(lambda: link.info.failures >= 2 and closes, within=TIMEOUT,
+                       message="a second broken session")
+        assert closes[0] == 1007
+        assert connections >= 2
+        assert link.info.last_error.startswith("GM sent a broken frame: not a msgpack frame")
+        assert link.info.sessions >= 2 and link.info.reconnects >= 1
+        # Stopping while sessions keep failing must end the link (no dialing after stop).
+        await links.pop().stop(within=5.0)
+        assert link.state == "stopped"
+    finally:
+        for leftover in links:
+            await leftover.stop(within=5.0)
+        links.clear()
+        await runner.cleanup()
+
+
+async def test_silent_gm_is_declared_dead(lc: LocalController, links: list[GMLink]) -> None:
+    """A GM that answers the hello and then neither sends nor answers pings."""
+    released = asyncio.Event()
+
+    async def mute_gm(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(protocols=(SUBPROTOCOL,), autoping=False)
+        await ws.prepare(request)
+        await ws.receive(timeout=TIMEOUT)
+        await ws.send_bytes(encode_native(hello(NODE)))
+        await released.wait()
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/", mute_gm)
+    runner = web.AppRunner(app, shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        link = attach(lc, links, f"127.0.0.1:{runner.addresses[0][1]}",
+                      ping_interval=0.1, silence_timeout=0.4)
+        await wait_for(lambda: "no frame from the GM" in link.info.last_error, within=TIMEOUT,
+                       message="silence detected")
+        assert link.info.sessions >= 1
+    finally:
+        released.set()
+        await links.pop().stop(within=5.0)
+        await runner.cleanup()
+
+
+# ---- upstream -----------------------------------------------------------------------------
+
+
+async def test_reports_appended_while_the_gm_is_down_are_delivered_once(
+        gm: HubServer, lc: LocalController, links: list[GMLink], handler: MemHandler,
+        source: MemSource) -> None:
+    assert lc.store is not None
+    source.put("Model", "r", model("r"))
+    link = attach(lc, links, gm.address)
+    await link.wait_connected(TIMEOUT)
+    first = await lc.store.append_report("Model", "default", "r", {"n": 0})
+    await wait_for(lambda: handler.seqs("r") == [first], within=TIMEOUT, message="first report")
+
+    await gm.stop()
+    await wait_for(lambda: link.state != "connected", within=TIMEOUT, message="link noticed the GM left")
+    seqs = [await lc.store.append_report("Model", "default", "r", {"n": i}) for i in range(1, 21)]
+    assert lc.store.outbox_size >= 20
+    await gm.start()
+
+    await wait_for(lambda: handler.seqs("r") == [first, *seqs], within=TIMEOUT,
+                   message="all reports applied once, in order")
+    await wait_for(lambda: lc.store.outbox_size == 0, within=TIMEOUT, message="outbox emptied by acks")
+    assert await lc.store.pending(0, 100) == []
+    assert [body["n"] for *_, name, body in handler.applied if name == "r"] == list(range(21))
+    assert link.info.reconnects >= 1 and link.info.sessions == 2
+
+
+async def test_refused_report_is_dropped_after_its_error_ack(
+        gm: HubServer, lc: LocalController, links: list[GMLink], handler: MemHandler,
+        source: MemSource) -> None:
+    assert lc.store is not None
+    source.put("Model", "mine", model("mine"))
+    link = attach(lc, links, gm.address)
+    await link.wait_connected(TIMEOUT)
+    refused = await lc.store.append_report("Model", "default", "not-mine", {"n": 1})
+    applied = await lc.store.append_report("Model", "default", "mine", {"n": 2})
+    await wait_for(lambda: handler.seqs("mine") == [applied], within=TIMEOUT, message="good report")
+    await wait_for(lambda: lc.store.outbox_size == 0, within=TIMEOUT, message="refused report dropped")
+    assert handler.seqs("not-mine") == []
+    assert (link.info.refused, link.info.acked) == (1, 1)
+    assert await lc.store.pending(0, 10) == []
+    assert refused < applied
+
+
+async def test_gm_without_the_subprotocol_gets_upstream_mode(
+        source: MemSource, handler: MemHandler, lc: LocalController, links: list[GMLink]) -> None:
+    assert lc.store is not None
+    server = HubServer(source, handler, upstream_only=True)
+    await server.start()
+    try:
+        source.put("Dataset", "counted", dataset("counted"))
+        link = attach(lc, links, server.address)
+        await link.wait_connected(TIMEOUT)
+        assert link.info.mode == "upstream"
+        await eventually(lambda: _has(stored(lc), ("Model", "m1")), "upstream inserts applied")
+        seq = await lc.store.append_report("Dataset", "default", "counted", {"numberOfSamples": 7})
+        await wait_for(lambda: handler.applied, within=TIMEOUT, message="status frame delivered")
+        assert handler.applied == [(NODE, 0, "Dataset", "counted", {"numberOfSamples": 7})]
+        await wait_for(lambda: lc.store.outbox_size == 0, within=TIMEOUT,
+                       message="sent report deleted (upstream has no acks)")
+        assert seq >= 1 and link.info.acked == 0 and link.info.sent == 1
+    finally:
+        await links.pop().stop(within=5.0)
+        await server.stop()
+
+
+async def test_second_link_for_the_node_replaces_the_first_without_losing_reports(
+        gm: HubServer, lc: LocalController, links: list[GMLink], handler: MemHandler,
+        source: MemSource) -> None:
+    assert lc.store is not None and gm.hub is not None
+    source.put("Model", "r", model("r"))
+    first = attach(lc, links, gm.address)
+    await first.wait_connected(TIMEOUT)
+    handler.gate.clear()  # the GM takes the first report and does not finish it
+    seqs = [await lc.store.append_report("Model", "default", "r", {"n": i}) for i in range(3)]
+    await wait_for(lambda: handler.waiting == 1, within=TIMEOUT, message="GM busy with a report")
+
+    second = attach(lc, links, gm.address)
+    await second.wait_connected(TIMEOUT)
+    await wait_for(lambda: first.state != "connected", within=TIMEOUT, message="first link replaced")
+    handler.gate.set()
+
+    await wait_for(lambda: handler.seqs("r") == seqs, within=TIMEOUT,
+                   message="every report applied through the second link")
+    await wait_for(lambda: lc.store.outbox_size == 0, within=TIMEOUT, message="outbox emptied")
+    assert "4000" in first.info.last_error
+    assert first.state == "backoff"  # waits replaced_delay before trying again
+    assert gm.hub.connected_nodes() == [NODE] and gm.hub.stats.sessions_replaced == 1
+
+
+async def test_report_without_ack_is_resent_after_the_ack_timeout(
+        gm: HubServer, lc: LocalController, links: list[GMLink], handler: MemHandler,
+        source: MemSource) -> None:
+    assert lc.store is not None
+    source.put("Model", "flaky", model("flaky"))
+    source.put("Model", "r", model("r"))
+    handler.defer["flaky"] = 2  # the GM cannot apply it twice, and does not ack those attempts
+    link = attach(lc, links, gm.address, ack_timeout=0.2)
+    await link.wait_connected(TIMEOUT)
+    flaky = await lc.store.append_report("Model", "default", "flaky", {"n": 1})
+    after = await lc.store.append_report("Model", "default", "r", {"n": 2})
+    await wait_for(lambda: handler.seqs("flaky") == [flaky], within=TIMEOUT, message="flaky applied")
+    await wait_for(lambda: lc.store.outbox_size == 0, within=TIMEOUT, message="outbox emptied")
+    assert handler.seqs("r") == [after]  # not held up behind the unacked one
+    assert (handler.deferred, link.info.resent, link.info.acked) == (2, 2, 2)
+
+
+async def test_bearer_token_is_sent_and_a_wrong_one_is_reported(
+        source: MemSource, handler: MemHandler, lc: LocalController, links: list[GMLink]) -> None:
+    server = HubServer(source, handler, token="s3cret")
+    await server.start()
+    try:
+        wrong = attach(lc, links, server.address, token="nope")
+        await wait_for(lambda: wrong.info.reconnects >= 1, within=TIMEOUT, message="a refused dial")
+        assert wrong.info.last_error.startswith("GM refused the websocket upgrade: 401")
+        assert wrong.info.sessions == 0
+        await links.pop().stop(within=5.0)
+        right = attach(lc, links, server.address, token="s3cret")
+        await right.wait_connected(TIMEOUT)
+        assert right.info.mode == "native"
+    finally:
+        for link in links:
+            await link.stop(within=5.0)
+        links.clear()
+        await server.stop()
