@@ -21,10 +21,10 @@ FIRST_PORT = 6443
 PORT_TRIES = 20
 
 
-async def start_cluster(host: str = "127.0.0.1", first_port: int = FIRST_PORT) -> DevCluster:
-    """Start a DevCluster on the first free port from `first_port`."""
+async def start_cluster(host: str = "127.0.0.1", first_port: int = FIRST_PORT, **options) -> DevCluster:
+    """Start a DevCluster (with `options`) on the first free port from `first_port`."""
     for port in range(first_port, first_port + PORT_TRIES):
-        dc = DevCluster(process_runtime=True)
+        dc = DevCluster(**{"process_runtime": True, **options})
         try:
             return await dc.start(host, port)
         except OSError as err:
