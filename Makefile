@@ -27,6 +27,7 @@ bench: setup
 	$(PY) bench/devcluster.py
 	$(PY) bench/gm_converge.py
 	$(PY) bench/lc_reports.py
+	$(PY) bench/e2e_latency.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .devcluster
