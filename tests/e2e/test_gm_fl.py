@@ -136,3 +136,53 @@ async def test_missing_dataset_sets_condition_then_recovers(gm, api, sedna_clust
         await api.create(GVR("sedna.io", "v1alpha1", "datasets"), ds, namespace=NS)
     await wait_for(lambda: len(pods_of(dc, created["metadata"]["uid"])) == 3, within=10, message="pods after fix")
     await wait_for(lambda: failed_condition() is None, within=10, message="Failed cleared")
+
+
+async def test_reject_policy_leaves_workers_and_says_why(start_gm, api, sedna_cluster):
+    dc = sedna_cluster
+    await start_gm(federatedLearning="{specEditPolicy: reject}")
+    job = await create_example(api)
+    uid = job["metadata"]["uid"]
+    before = await wait_for(lambda: (p := pods_of(dc, uid)) and len(p) == 3 and p, within=10)
+    await wait_for(lambda: dc.store.get(rt(dc, FL), NS, JOB).get("status", {}).get("observedGeneration") == 1,
+                   within=10)
+    patch = [{"op": "replace", "path": "/spec/trainingWorkers/0/template/spec/containers/0/env/0/value",
+              "value": "16"}]
+    await api.patch(FL, JOB, patch, namespace=NS, patch_type="json")
+
+    def rejected():
+        st = dc.store.get(rt(dc, FL), NS, JOB).get("status") or {}
+        return next((c for c in st.get("conditions", []) if c.get("reason") == "SpecEditRejected"), None)
+
+    cond = await wait_for(rejected, within=10, message="SpecEditRejected condition")
+    assert TRAINERS[0] in cond["message"]
+    ev_rt = dc.store.registry.lookup(group="", version="v1", resource="events")
+    await wait_for(lambda: any(e["reason"] == "SpecEditRejected" and e["type"] == "Warning"
+                               for e in dc.store.list(ev_rt, NS)[0]), within=5, message="Warning event")
+    pods = pods_of(dc, uid)
+    assert {n: p["metadata"]["uid"] for n, p in pods.items()} == \
+        {n: p["metadata"]["uid"] for n, p in before.items()}
+    assert env_of(pods[TRAINERS[0]])["batch_size"] == "32"
+    assert dc.store.get(rt(dc, FL), NS, JOB)["status"]["observedGeneration"] == 1
+
+
+async def test_invalid_template_is_a_condition_not_a_crash(gm, api, sedna_cluster):
+    dc = sedna_cluster
+    docs = load_example("federated-learning-surface-defect.yaml")
+    for doc in docs:
+        if doc["kind"] == "FederatedLearningJob":
+            doc["spec"]["trainingWorkers"][1]["template"]["spec"]["containers"] = []
+    for obj in docs:
+        plural = {"Dataset": "datasets", "Model": "models", "FederatedLearningJob": "federatedlearningjobs"}
+        await api.create(GVR("sedna.io", "v1alpha1", plural[obj["kind"]]), obj, namespace=NS)
+
+    def failed():
+        st = dc.store.get(rt(dc, FL), NS, JOB).get("status") or {}
+        return next((c for c in st.get("conditions", []) if c["type"] == "Failed" and c["status"] == "True"), None)
+
+    cond = await wait_for(failed, within=10, message="Failed condition")
+    assert cond["reason"] == "InvalidTemplate"
+    assert "trainingWorkers[1]" in cond["message"]
+    job = dc.store.get(rt(dc, FL), NS, JOB)
+    assert pods_of(dc, job["metadata"]["uid"]) == {}
+    assert gm.reconcile_metrics.total.value("federatedlearningjob", "error") >= 1  # retried with backoff
