@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import aiohttp
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -39,24 +38,12 @@ NS = "default"
 SVC = "helmet-detection-inference-example"
 
 
-def create_examples(dc: DevCluster) -> None:
-    crd_rt = dc.store.registry.lookup(group="apiextensions.k8s.io", version="v1",
-                                      resource="customresourcedefinitions")
-    for crd in apis.crd_manifests():
-        dc.store.create(crd_rt, None, crd)
-    with open(ROOT / "examples" / "upstream" / "joint-inference-helmet-detection.yaml", encoding="utf-8") as f:
-        for doc in yaml.safe_load_all(f):
-            kind = apis.by_kind(doc["kind"])
-            rt = dc.store.registry.lookup(group=apis.GROUP, version=apis.VERSION, resource=kind.plural)
-            dc.store.create(rt, NS, doc)
-
-
 async def main(args: argparse.Namespace) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="e2e-bench-"))
     dc = DevCluster(start_delay=0.05, termination_delay=0)
     await dc.start("127.0.0.1", 0)
     dc.write_kubeconfig(tmp / "kubeconfig")
-    create_examples(dc)
+    dc.apply_manifests(apis.CRD_DIR, ROOT / "examples" / "upstream" / "joint-inference-helmet-detection.yaml")
     gm = GlobalManager(parse_config(f"kubeConfig: {tmp / 'kubeconfig'}\nwebsocket: {{address: 127.0.0.1, port: 0}}\n"))
     await gm.start()
     lc = LocalController(load({"GM_ADDRESS": f"127.0.0.1:{gm.port}", "NODENAME": "edge-node-1",

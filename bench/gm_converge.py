@@ -116,15 +116,13 @@ async def main(args: argparse.Namespace) -> None:
     server = subprocess.Popen(  # noqa: ASYNC220 - started once, before any timing
         [sys.executable, *(["-m", "cProfile", "-o", os.environ["PROFILE_DEVCLUSTER"]]
                            if os.environ.get("PROFILE_DEVCLUSTER") else []), "-m", "devcluster.cli", "--port", str(port), "--kubeconfig",
-                               str(kubeconfig), "--start-delay", "0.05", "--termination-delay", "0",
+                               str(kubeconfig), "--start-delay", "0.05", "--termination-delay", "0", "--apply", str(apis.CRD_DIR),
                                "--log-level", "WARNING"], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         async with aiohttp.ClientSession(f"http://127.0.0.1:{port}",
                                          connector=aiohttp.TCPConnector(limit=128)) as session:
             await wait_ready(session)
             ceiling = await write_ceiling(session)
-            for crd in apis.crd_manifests():
-                await post(session, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
             fl_docs = examples("federated-learning-surface-defect.yaml")
             ji_docs = examples("joint-inference-helmet-detection.yaml")
             for doc in fl_docs + ji_docs:

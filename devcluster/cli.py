@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--process-runtime", action="store_true", help="run mapped images as local processes")
     p.add_argument("--image-map", help="YAML/JSON file: image -> local command (implies --process-runtime)")
     p.add_argument("--state", help="load state from FILE at start and save it there at stop")
+    p.add_argument("--apply", action="append", default=[], metavar="PATH",
+                   help="create the objects of a YAML file or directory at start (repeatable), e.g. CRDs")
     p.add_argument("--start-delay", type=float, default=0.2, help="seconds a pod stays Pending")
     p.add_argument("--termination-delay", type=float, default=0.1)
     p.add_argument("--fault-error-rate", action="append", default=[], type=parse_error_rate,
@@ -80,6 +82,7 @@ def build_faults(args: argparse.Namespace) -> Any:
 
 async def serve(args: argparse.Namespace) -> None:
     from devcluster.cluster import DevCluster
+    from devcluster.errors import ApiError
 
     dc = DevCluster(
         nodes=node_list(args.nodes), process_runtime=bool(args.process_runtime or args.image_map),
@@ -92,6 +95,11 @@ async def serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, stop.set)
     await dc.start(args.host, args.port)
     try:
+        if args.apply:
+            try:
+                dc.apply_manifests(*args.apply)
+            except (OSError, ValueError, ApiError) as exc:
+                raise SystemExit(f"sedna-devcluster: --apply: {exc}") from None
         if args.kubeconfig:
             dc.write_kubeconfig(args.kubeconfig)
         print(f"devcluster serving {dc.url}" + (f" (kubeconfig {args.kubeconfig})" if args.kubeconfig else ""),

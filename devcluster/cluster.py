@@ -130,6 +130,21 @@ class DevCluster:
         tmp.write_bytes(self.store.dump())
         tmp.replace(self.state_file)
 
+    def apply_manifests(self, *paths: str | os.PathLike[str]) -> list[str]:
+        """Create the objects of YAML files, or of every *.yaml/*.yml in directories, in file
+        order (like `kubectl create -f`); returns `kind/name` for each. A CRD is served as
+        soon as it is created, so a later document of the same run may use its kind."""
+        created = []
+        for path in paths:
+            for doc in _manifests(Path(path)):
+                rt = self.store.registry.for_kind(doc.get("apiVersion", ""), doc.get("kind", ""))
+                if rt is None:
+                    raise ValueError(f"{path}: no resource serves {doc.get('apiVersion')} {doc.get('kind')}")
+                namespace = (doc.get("metadata") or {}).get("namespace") or "default"
+                obj = self.store.create(rt, namespace if rt.namespaced else None, doc)
+                created.append(f"{rt.kind}/{obj['metadata']['name']}")
+        return created
+
     def kubeconfig(self) -> dict[str, Any]:
         """A kubeconfig for this cluster: plain HTTP, empty user, context `devcluster`."""
         return {
@@ -156,6 +171,15 @@ class DevCluster:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+def _manifests(path: Path) -> list[dict[str, Any]]:
+    files = sorted([*path.glob("*.yaml"), *path.glob("*.yml")]) if path.is_dir() else [path]
+    docs: list[dict[str, Any]] = []
+    for file in files:
+        with file.open(encoding="utf-8") as f:
+            docs.extend(d for d in yaml.safe_load_all(f) if d)
+    return docs
 
 
 def _image_map(value: str | os.PathLike[str] | dict[str, Any] | None) -> dict[str, ImageEntry]:

@@ -75,25 +75,6 @@ async def start_lcs() -> list[LocalController]:
 log = logging.getLogger("devrun")
 
 
-def install_crds(dc) -> None:
-    rt = dc.store.registry.lookup(group="apiextensions.k8s.io", version="v1",
-                                  resource="customresourcedefinitions")
-    for crd in apis.crd_manifests():
-        dc.store.create(rt, None, crd)
-
-
-def apply_examples(dc) -> list[str]:
-    applied = []
-    for name in EXAMPLES:
-        with open(ROOT / "examples" / "upstream" / name, encoding="utf-8") as f:
-            for doc in yaml.safe_load_all(f):
-                if not doc:
-                    continue
-                kind = apis.by_kind(doc["kind"])
-                rt = dc.store.registry.lookup(group=apis.GROUP, version=apis.VERSION, resource=kind.plural)
-                dc.store.create(rt, doc.get("metadata", {}).get("namespace", "default"), doc)
-                applied.append(f"{kind.short_names[0] if kind.short_names else kind.plural}/{doc['metadata']['name']}")
-    return applied
 
 
 async def run(with_examples: bool) -> None:
@@ -106,12 +87,13 @@ async def run(with_examples: bool) -> None:
     lcs: list[LocalController] = []
     try:
         kubeconfig = dc.write_kubeconfig(ROOT / KUBECONFIG).resolve()
-        install_crds(dc)
+        dc.apply_manifests(apis.CRD_DIR)
         gm = GlobalManager(parse_config(f"kubeConfig: {kubeconfig}\n"
                                         f"websocket: {{address: 127.0.0.1, port: {GM_PORT}}}\n"))
         await gm.start()
         lcs = await start_lcs()
-        applied = apply_examples(dc) if with_examples else []
+        applied = dc.apply_manifests(*(ROOT / "examples" / "upstream" / n for n in EXAMPLES)) \
+            if with_examples else []
         print(f"dev cluster  {dc.url}\n"
               f"GM           http://127.0.0.1:{gm.port} (/metrics, /healthz, /readyz)\n"
               f"LCs          {', '.join(f'{n} http://127.0.0.1:{p}' for n, p in LC_PORTS.items())}\n"

@@ -18,11 +18,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def install_crds(dc) -> None:
-    """Register every Sedna CRD the way `kubectl apply -f charts/sedna/crds` would."""
-    rt = dc.store.registry.lookup(group="apiextensions.k8s.io", version="v1",
-                                  resource="customresourcedefinitions")
-    for crd in apis.crd_manifests():
-        dc.store.create(rt, None, crd)
+    """Register every Sedna CRD the way `kubectl create -f charts/sedna/crds` would."""
+    dc.apply_manifests(apis.CRD_DIR)
 
 
 def load_example(name: str) -> list[dict]:
