@@ -44,7 +44,8 @@ async def main(args: argparse.Namespace) -> None:
     await dc.start("127.0.0.1", 0)
     dc.write_kubeconfig(tmp / "kubeconfig")
     dc.apply_manifests(apis.CRD_DIR, ROOT / "examples" / "upstream" / "joint-inference-helmet-detection.yaml")
-    gm = GlobalManager(parse_config(f"kubeConfig: {tmp / 'kubeconfig'}\nwebsocket: {{address: 127.0.0.1, port: 0}}\n"))
+    gm = GlobalManager(parse_config(f"kubeConfig: {tmp / 'kubeconfig'}\nwebsocket: {{address: 127.0.0.1, port: 0}}\n"
+                                    f"kubeClient: {{qps: {args.qps}, burst: {args.burst}}}\n"))
     await gm.start()
     lc = LocalController(load({"GM_ADDRESS": f"127.0.0.1:{gm.port}", "NODENAME": "edge-node-1",
                                "BIND_ADDRESS": "127.0.0.1", "BIND_PORT": "0", "ROOTFS_MOUNT_DIR": str(tmp),
@@ -87,11 +88,13 @@ async def main(args: argparse.Namespace) -> None:
     print(f"{'measure':<46} {'p50':>8} {'p90':>8} {'p99':>8}")
     print(f"{'worker POST answered (ms)':<46} {pq[49]:>8.2f} {pq[89]:>8.2f} {pq[98]:>8.2f}")
     print(f"{'worker POST -> CR status committed (ms)':<46} {q[49]:>8.2f} {q[89]:>8.2f} {q[98]:>8.2f}")
-    print(f"reports: {args.reports}, sequential")
+    print(f"reports: {args.reports}, sequential; GM client qps {args.qps:g}, burst {args.burst}")
 
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--reports", type=int, default=300)
+    p.add_argument("--qps", type=float, default=5000, help="GM client QPS (the GM default is 50)")
+    p.add_argument("--burst", type=int, default=5000, help="GM client burst (the GM default is 100)")
     import uvloop
     uvloop.run(main(p.parse_args()))
