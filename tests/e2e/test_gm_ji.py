@@ -64,16 +64,14 @@ async def test_children_owned_and_cascade_deleted(gm, api, sedna_cluster):
     assert edge_env["BIG_MODEL_IP"] == f"{SVC}-cloud.{NS}"
     assert edge_env["HEM_NAME"] == "IBT"
     # pods come up, status says Running with both workers active
-    await wait_for(lambda: (s := (get(dc, JI, SVC) or {}).get("status")) and s.get("active") == 2, within=10,
-                   message="2 active workers")
-    st = get(dc, JI, SVC)["status"]
+    st = await wait_for(lambda: (s := (get(dc, JI, SVC) or {}).get("status")) and s.get("active") == 2
+                        and s.get("observedGeneration") == 1 and s, within=10,
+                        message="2 active workers at generation 1")
     running = next(c for c in st["conditions"] if c["type"] == "Running")
     assert running["status"] == "True" and running["lastTransitionTime"]
-    assert st["observedGeneration"] == 1
     await api.delete(JI, SVC, namespace=NS)
     await wait_for(lambda: not owned(dc, DEPLOYMENTS, uid) and not owned(dc, SERVICES, uid)
                    and not owned(dc, HPAS, uid), within=10, message="children removed by the GC")
-    items, _ = dc.store.list(rt(dc, PODS), NS)
     await wait_for(lambda: not dc.store.list(rt(dc, PODS), NS)[0], within=10, message="pods removed")
 
 
@@ -83,7 +81,7 @@ async def test_hem_parameter_edit_rolls_the_edge_deployment(gm, api, sedna_clust
     uid = ji["metadata"]["uid"]
     before = await wait_for(lambda: (d := owned(dc, DEPLOYMENTS, uid)) and len(d) == 2 and d, within=10)
     await wait_for(lambda: (get(dc, JI, SVC) or {}).get("status", {}).get("active") == 2, within=10)
-    cloud_rv = get(dc, DEPLOYMENTS, CLOUD)["metadata"]["resourceVersion"]
+    cloud_gen = get(dc, DEPLOYMENTS, CLOUD)["metadata"]["generation"]
     patch = {"spec": {"edgeWorker": {"hardExampleMining": {"name": "IBT", "parameters": [
         {"key": "threshold_img", "value": "0.5"}, {"key": "threshold_box", "value": "0.9"}]}}}}
     await api.patch(JI, SVC, patch, namespace=NS)
@@ -104,8 +102,8 @@ async def test_hem_parameter_edit_rolls_the_edge_deployment(gm, api, sedna_clust
         return "2" in revs and revs["2"]["status"].get("availableReplicas") == 1 and \
             revs["1"]["spec"]["replicas"] == 0
     await wait_for(rolled, within=15, message="rolling update to revision 2")
-    # the cloud worker was not touched, and an unchanged spec does not roll again
-    assert get(dc, DEPLOYMENTS, CLOUD)["metadata"]["resourceVersion"] == cloud_rv
+    # the cloud worker's spec was not touched (its status may move, its generation must not)
+    assert get(dc, DEPLOYMENTS, CLOUD)["metadata"]["generation"] == cloud_gen
     await wait_for(lambda: get(dc, JI, SVC)["status"].get("observedGeneration") == 2, within=10)
 
 
@@ -171,10 +169,10 @@ async def test_unchanged_spec_never_rolls(gm, api, sedna_cluster):
     dc = sedna_cluster
     await create_example(api)
     await wait_for(lambda: (get(dc, JI, SVC) or {}).get("status", {}).get("active") == 2, within=10)
-    before = {n: get(dc, DEPLOYMENTS, n)["metadata"]["resourceVersion"] for n in (EDGE, CLOUD)}
+    before = {n: get(dc, DEPLOYMENTS, n)["metadata"]["generation"] for n in (EDGE, CLOUD)}
     runs = gm.reconcile_metrics.total.value("jointinferenceservice", "success")
     # a metadata-only change triggers reconciles but is not a spec change
     await api.patch(JI, SVC, {"metadata": {"labels": {"team": "vision"}}}, namespace=NS)
     await wait_for(lambda: gm.reconcile_metrics.total.value("jointinferenceservice", "success") > runs,
                    within=10, message="a reconcile after the label change")
-    assert {n: get(dc, DEPLOYMENTS, n)["metadata"]["resourceVersion"] for n in (EDGE, CLOUD)} == before
+    assert {n: get(dc, DEPLOYMENTS, n)["metadata"]["generation"] for n in (EDGE, CLOUD)} == before
