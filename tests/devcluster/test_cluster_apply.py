@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-
 CRD = """apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata: {name: widgets.example.io}
