@@ -408,16 +408,28 @@ class Hub:
             del self._sessions[session.node]
 
     async def _run(self, session: _Session) -> None:
-        """Run reader, writer, pinger and stop-watcher; the first to end ends them all."""
+        """Run reader, writer, pinger and stop-watcher; the first to end ends them all.
+
+        Plain tasks and `asyncio.wait` rather than a TaskGroup: on Python 3.11 a TaskGroup
+        can swallow the cancellation of its parent when a child fails at the same moment,
+        and a hub shutdown must always end every session."""
         node = session.node
+        tasks = [
+            asyncio.create_task(self._read_loop(session), name=f"hub-read-{node}"),
+            asyncio.create_task(self._write_loop(session), name=f"hub-write-{node}"),
+            asyncio.create_task(self._ping_loop(session), name=f"hub-ping-{node}"),
+            asyncio.create_task(self._watch_stop(session), name=f"hub-stop-{node}"),
+        ]
         try:
-            async with asyncio.TaskGroup() as tg:
-                tg.create_task(self._read_loop(session), name=f"hub-read-{node}")
-                tg.create_task(self._write_loop(session), name=f"hub-write-{node}")
-                tg.create_task(self._ping_loop(session), name=f"hub-ping-{node}")
-                tg.create_task(self._watch_stop(session), name=f"hub-stop-{node}")
-        except BaseExceptionGroup as group:
-            raise _first_end(node, group) from None
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        errors = [t.exception() for t in done if not t.cancelled() and t.exception() is not None]
+        if not errors:
+            raise _SessionEnd(CLOSE_INTERNAL_ERROR, "a session task ended unexpectedly")
+        raise _first_end(node, BaseExceptionGroup("session ended", errors))
 
     @staticmethod
     async def _watch_stop(session: _Session) -> None:
