@@ -13,6 +13,7 @@ from collections.abc import Hashable, Iterable
 from typing import Any
 
 from devcluster.controllers.base import Controller
+from devcluster.controllers.claim import claim
 from devcluster.controllers.meta import (
     annotations_of,
     controller_ref,
@@ -233,7 +234,7 @@ class DeploymentController(Controller):
             raise
         if is_deleting(d):
             return None
-        rss = self._claim(d)
+        rss = [rs for rs in claim(self.store, self.rs_rt, d) if not is_deleting(rs)]
         new = next((rs for rs in rss if template_matches(rs, d)), None)
         olds = sorted((rs for rs in rss if rs is not new), key=_age_key)
         try:
@@ -262,40 +263,6 @@ class DeploymentController(Controller):
     def _fenceposts(self, d: dict[str, Any]) -> tuple[int, int]:
         ru = (d["spec"].get("strategy") or {}).get("rollingUpdate") or {}
         return fenceposts(ru.get("maxSurge"), ru.get("maxUnavailable"), int(d["spec"].get("replicas", 1)))
-
-    def _claim(self, d: dict[str, Any]) -> list[dict[str, Any]]:
-        """Owned ReplicaSets, after adopting matching orphans and releasing non-matching ones."""
-        selector = label_selector_from_object(d["spec"].get("selector") or {})
-        uid, ns = d["metadata"]["uid"], d["metadata"]["namespace"]
-        items = self.store.controlled_by(self.rs_rt, uid, ns) + self.store.controlled_by(self.rs_rt, None, ns)
-        owned = []
-        for rs in items:
-            ref = get_controller_of(rs)
-            matches = selector.matches(labels_of(rs))
-            if ref is not None and ref.get("uid") == uid:
-                if matches:
-                    owned.append(rs)
-                elif not is_deleting(rs):
-                    self._set_owner(rs, d, adopt=False)
-            elif ref is None and matches and not is_deleting(rs):
-                rs = self._set_owner(rs, d, adopt=True)
-                if rs is not None:
-                    owned.append(rs)
-        return [rs for rs in owned if not is_deleting(rs)]
-
-    def _set_owner(self, rs: dict[str, Any], d: dict[str, Any], *, adopt: bool) -> dict[str, Any] | None:
-        uid = d["metadata"]["uid"]
-
-        def edit(obj: dict[str, Any]) -> None:
-            refs = [r for r in obj["metadata"].get("ownerReferences") or [] if r.get("uid") != uid]
-            if adopt and get_controller_of(obj) is None:
-                refs.append(controller_ref(d))
-            if refs:
-                obj["metadata"]["ownerReferences"] = refs
-            else:
-                obj["metadata"].pop("ownerReferences", None)
-
-        return self._mutate_rs(rs, edit)
 
     def _mutate_rs(self, rs: dict[str, Any], edit: Any, subresource: str | None = None) -> dict[str, Any] | None:
         meta = rs["metadata"]

@@ -12,6 +12,7 @@ from collections.abc import Hashable, Iterable
 from typing import Any
 
 from devcluster.controllers.base import Controller
+from devcluster.controllers.claim import claim
 from devcluster.controllers.meta import (
     controller_ref,
     find_condition,
@@ -146,7 +147,7 @@ class ReplicaSetController(Controller):
             raise
         if is_deleting(rs):
             return None
-        owned = self._claim_pods(rs)
+        owned = claim(self.store, self.pod_rt, rs)
         active = [p for p in owned if is_active(p)]
         self._manage_replicas(rs, active)
         active = [p for p in self._owned_pods(rs) if is_active(p)]
@@ -154,48 +155,6 @@ class ReplicaSetController(Controller):
 
     def _owned_pods(self, rs: dict[str, Any]) -> list[dict[str, Any]]:
         return self.store.controlled_by(self.pod_rt, rs["metadata"]["uid"], rs["metadata"]["namespace"])
-
-    def _claim_pods(self, rs: dict[str, Any]) -> list[dict[str, Any]]:
-        """Adopt matching orphans, release owned pods that stopped matching."""
-        selector = label_selector_from_object(rs["spec"].get("selector") or {})
-        uid, ns = rs["metadata"]["uid"], rs["metadata"]["namespace"]
-        # only our own pods and orphans can be claimed: no scan of the namespace
-        items = self.store.controlled_by(self.pod_rt, uid, ns) + self.store.controlled_by(self.pod_rt, None, ns)
-        owned = []
-        for pod in items:
-            ref = get_controller_of(pod)
-            matches = selector.matches(labels_of(pod))
-            if ref is not None and ref.get("uid") == uid:
-                if matches:
-                    owned.append(pod)
-                elif not is_deleting(pod):
-                    self._set_ref(pod, rs, adopt=False)
-            elif ref is None and matches and not is_deleting(pod):
-                adopted = self._set_ref(pod, rs, adopt=True)
-                if adopted is not None:
-                    owned.append(adopted)
-        return owned
-
-    def _set_ref(self, pod: dict[str, Any], rs: dict[str, Any], *, adopt: bool) -> dict[str, Any] | None:
-        uid = rs["metadata"]["uid"]
-
-        def edit(obj: dict[str, Any]) -> None:
-            refs = [r for r in obj["metadata"].get("ownerReferences") or [] if r.get("uid") != uid]
-            if adopt:
-                if get_controller_of(obj) is not None:
-                    return
-                refs.append(controller_ref(rs))
-            if refs:
-                obj["metadata"]["ownerReferences"] = refs
-            else:
-                obj["metadata"].pop("ownerReferences", None)
-
-        try:
-            return self.store.mutate(self.pod_rt, pod["metadata"]["namespace"], pod["metadata"]["name"], edit)
-        except ApiError as err:
-            if err.code == 404:
-                return None
-            raise
 
     def _manage_replicas(self, rs: dict[str, Any], active: list[dict[str, Any]]) -> None:
         want = int(rs["spec"].get("replicas", 1))
