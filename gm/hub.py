@@ -58,6 +58,7 @@ from proto import (
     snapshot_begin,
     snapshot_end,
 )
+from shared.tasks import until_first_done
 
 log = logging.getLogger("sedna.gm.hub")
 
@@ -408,11 +409,7 @@ class Hub:
             del self._sessions[session.node]
 
     async def _run(self, session: _Session) -> None:
-        """Run reader, writer, pinger and stop-watcher; the first to end ends them all.
-
-        Plain tasks and `asyncio.wait` rather than a TaskGroup: on Python 3.11 a TaskGroup
-        can swallow the cancellation of its parent when a child fails at the same moment,
-        and a hub shutdown must always end every session."""
+        """Run reader, writer, pinger and stop-watcher; the first to end ends them all."""
         node = session.node
         tasks = [
             asyncio.create_task(self._read_loop(session), name=f"hub-read-{node}"),
@@ -420,12 +417,7 @@ class Hub:
             asyncio.create_task(self._ping_loop(session), name=f"hub-ping-{node}"),
             asyncio.create_task(self._watch_stop(session), name=f"hub-stop-{node}"),
         ]
-        try:
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        done = await until_first_done(tasks)
         errors = [t.exception() for t in done if not t.cancelled() and t.exception() is not None]
         if not errors:
             raise _SessionEnd(CLOSE_INTERNAL_ERROR, "a session task ended unexpectedly")

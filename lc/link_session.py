@@ -52,6 +52,7 @@ from proto import (
     hello,
 )
 from shared.logs import event
+from shared.tasks import until_first_done
 
 log = logging.getLogger(__name__)
 
@@ -125,15 +126,9 @@ class Session:
                  asyncio.create_task(self._ping_loop(), name="lc-link-ping")]
         if self.native:
             tasks.append(asyncio.create_task(self._ack_loop(), name="lc-link-ack"))
-        # Plain tasks and asyncio.wait rather than a TaskGroup: on Python 3.11 a TaskGroup
-        # whose child fails can swallow a cancellation of this task arriving at the same
-        # moment, and a stopped link would then keep dialing.
         try:
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            done = await until_first_done(tasks)
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
             self._metrics.inflight.set(0)
             await self._flush_acks()
         raise _first_end(done)
