@@ -1,5 +1,6 @@
-"""What every GM reconciler shares: the cluster handles, resource identities, and the
-thin layer that executes a child plan against the API.
+"""What every GM reconciler shares: the cluster handles, the resource identities (the
+Sedna kinds, HPAs, and the core ones re-exported), and the thin layer that executes a
+child plan against the API.
 
 Reconcilers read from the informer caches and write through `KubeClient`; the API's own
 answers decide races: AlreadyExists on create means the cache is behind (the next event
@@ -10,7 +11,7 @@ temporary error and the key is retried with backoff.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,7 @@ from gm.kube.client import KubeClient
 from gm.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
 from gm.kube.events import EventRecorder
 from gm.kube.informer import InformerFactory, SharedInformer
-from gm.kube.resources import DEPLOYMENTS, GVR, NODES, PODS, SECRETS, SERVICES
+from gm.kube.resources import DEPLOYMENTS, GVR, NODES, PODS, SECRETS, SERVICES  # noqa: F401 - re-exported
 from gm.kube.status import StatusWriter
 from gm.workers import WorkerConfig
 from shared import apis
@@ -41,8 +42,6 @@ FL = sedna_gvr(apis.FEDERATED_LEARNING)
 DATASETS = sedna_gvr(apis.DATASET)
 MODELS = sedna_gvr(apis.MODEL)
 
-__all__ = ["DEPLOYMENTS", "NODES", "PODS", "SERVICES", "HPAS", "JI", "FL", "DATASETS", "MODELS"]
-
 
 @dataclass(frozen=True, slots=True)
 class Context:
@@ -57,6 +56,17 @@ class Context:
 
     def informer(self, gvr: GVR, *, label_selector: str | None = None) -> SharedInformer:
         return self.informers.informer(gvr, label_selector=label_selector)
+
+
+def on_any_change(informer: SharedInformer, fn: Callable[[dict], None]) -> None:
+    """Call `fn(obj)` on add, update (with the new state) and delete: a level-triggered
+    handler only needs to know which object changed, never how."""
+    informer.add_event_handler(on_add=fn, on_update=lambda _old, new: fn(new), on_delete=fn)
+
+
+def own_key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
 def owner_key(obj: Mapping[str, Any], kind: str) -> str | None:

@@ -29,6 +29,8 @@ from gm.controllers.common import (
     credential_names,
     execute,
     fetch_secrets,
+    on_any_change,
+    own_key,
     owner_key,
     split,
 )
@@ -62,26 +64,16 @@ class FederatedLearningController:
         self.jobs.add_indexer("dataset", _refs(apis.dataset_names))
         self._wire()
 
-    def informers(self):
-        return (self.jobs, self.models, self.datasets, self.nodes, self.pods, self.svcs)
-
     def _wire(self) -> None:
-        self.jobs.add_event_handler(on_add=self._on_job, on_update=self._on_job_update,
-                                    on_delete=self._on_job)
+        on_any_change(self.jobs, self._on_job)
         for inf in (self.pods, self.svcs):
-            inf.add_event_handler(on_add=self._on_child, on_update=lambda o, n: self._on_child(n),
-                                  on_delete=self._on_child)
-        for index, inf in (("model", self.models), ("dataset", self.datasets)):
-            inf.add_event_handler(on_add=self._dependents(index), on_update=lambda o, n, i=index: self._dependents(i)(n),
-                                  on_delete=self._dependents(index))
+            on_any_change(inf, self._on_child)
+        on_any_change(self.models, self._dependents("model"))
+        on_any_change(self.datasets, self._dependents("dataset"))
         self.nodes.add_event_handler(on_update=self._on_node)
 
     def _on_job(self, obj: dict) -> None:
-        meta = obj.get("metadata") or {}
-        self.enqueue(f"{meta.get('namespace')}/{meta.get('name')}")
-
-    def _on_job_update(self, old: dict, new: dict) -> None:
-        self._on_job(new)
+        self.enqueue(own_key(obj))
 
     def _on_child(self, obj: dict) -> None:
         key = owner_key(obj, KIND)
@@ -89,9 +81,9 @@ class FederatedLearningController:
             self.enqueue(key)
 
     def _dependents(self, index: str):
+        """A handler enqueuing the jobs that reference the changed Model or Dataset."""
         def handler(obj: dict) -> None:
-            meta = obj.get("metadata") or {}
-            for job in self.jobs.store.by_index(index, f"{meta.get('namespace')}/{meta.get('name')}"):
+            for job in self.jobs.store.by_index(index, own_key(obj)):
                 self._on_job(job)
         return handler
 

@@ -26,6 +26,8 @@ from gm.controllers.common import (
     credential_names,
     execute,
     fetch_secrets,
+    on_any_change,
+    own_key,
     owner_key,
     split,
 )
@@ -57,20 +59,13 @@ class JointInferenceController:
         self._wire()
 
     def _wire(self) -> None:
-        self.services.add_event_handler(on_add=self._on_cr, on_update=lambda o, n: self._on_cr(n),
-                                        on_delete=self._on_cr)
+        on_any_change(self.services, self._on_cr)
         for inf in (self.deployments, self.svcs, self.hpas):
-            inf.add_event_handler(on_add=self._on_child, on_update=lambda o, n: self._on_child(n),
-                                  on_delete=self._on_child)
-        self.models.add_event_handler(on_add=self._on_model, on_update=lambda o, n: self._on_model(n),
-                                      on_delete=self._on_model)
-
-    def informers(self):
-        return (self.services, self.models, self.deployments, self.svcs, self.hpas)
+            on_any_change(inf, self._on_child)
+        on_any_change(self.models, self._on_model)
 
     def _on_cr(self, obj: dict) -> None:
-        meta = obj.get("metadata") or {}
-        self.enqueue(f"{meta.get('namespace')}/{meta.get('name')}")
+        self.enqueue(own_key(obj))
 
     def _on_child(self, obj: dict) -> None:
         key = owner_key(obj, KIND)
@@ -78,8 +73,7 @@ class JointInferenceController:
             self.enqueue(key)
 
     def _on_model(self, obj: dict) -> None:
-        meta = obj.get("metadata") or {}
-        for ji in self.services.store.by_index("model", f"{meta.get('namespace')}/{meta.get('name')}"):
+        for ji in self.services.store.by_index("model", own_key(obj)):
             self._on_cr(ji)
 
     async def reconcile(self, key: str) -> Requeue | None:
@@ -135,7 +129,7 @@ class JointInferenceController:
 
     async def _write_status(self, ji: dict, namespace: str, *, problem, converged: bool) -> None:
         name = ji["metadata"]["name"]
-        deployments = [d for d in self.deployments.store.by_index("owner-uid", ji["metadata"]["uid"])]
+        deployments = self.deployments.store.by_index("owner-uid", ji["metadata"]["uid"])
         generation = ji["metadata"].get("generation")
         now = now_rfc3339()
 
