@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import logging
 import signal
 import sys
@@ -25,7 +26,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from devcluster.devrun import KUBECONFIG, start_cluster  # noqa: E402
+from devcluster.cluster import DevCluster  # noqa: E402
 from gm.app import GlobalManager  # noqa: E402
 from gm.config import parse_config  # noqa: E402
 from lc.app import LocalController  # noqa: E402
@@ -34,9 +35,25 @@ from lc.link import link_factory  # noqa: E402
 from shared import apis, logs  # noqa: E402
 
 EXAMPLES = ("joint-inference-helmet-detection.yaml", "federated-learning-surface-defect.yaml")
+KUBECONFIG = Path(".devcluster/kubeconfig")
+FIRST_CLUSTER_PORT = 6443
+PORT_TRIES = 20
 GM_PORT = 9000
 LC_PORTS = {"edge-node-1": 9100, "edge-node-2": 9101}
 STATE = ROOT / ".devcluster"
+
+
+async def start_cluster(**options) -> DevCluster:
+    """Start a DevCluster (with `options`) on the first free port from 6443."""
+    for port in range(FIRST_CLUSTER_PORT, FIRST_CLUSTER_PORT + PORT_TRIES):
+        dc = DevCluster(**{"process_runtime": True, **options})
+        try:
+            return await dc.start("127.0.0.1", port)
+        except OSError as err:
+            await dc.stop()
+            if err.errno != errno.EADDRINUSE:
+                raise
+    raise OSError(errno.EADDRINUSE, f"no free port from {FIRST_CLUSTER_PORT} on")
 
 
 def image_map() -> dict:
