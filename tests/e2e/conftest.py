@@ -64,7 +64,23 @@ async def gm(start_gm):
 @pytest.fixture
 async def api(sedna_cluster, tmp_path):
     """A plain API client for the test's own reads and writes (what a user's tooling does)."""
-    client = await KubeClient.connect(ClientSettings(kubeconfig=str(tmp_path / "kubeconfig"), qps=0))
+    client = await connect(sedna_cluster, tmp_path)
+    yield client
+    await client.close()
+
+
+async def connect(cluster, tmp_path, **settings) -> KubeClient:
+    """A client configured the way the GM is: from a kubeconfig file the cluster wrote."""
+    path = tmp_path / "kubeconfig"
+    cluster.write_kubeconfig(str(path))
+    kw = {"qps": 0, "timeout": 10, **settings}
+    return await KubeClient.connect(ClientSettings(kubeconfig=str(path), **kw))
+
+
+@pytest.fixture
+async def kube(cluster, tmp_path):
+    """A plain client against a dev cluster without the Sedna CRDs (the gm/kube tests)."""
+    client = await connect(cluster, tmp_path)
     yield client
     await client.close()
 

@@ -20,16 +20,9 @@ from gm.kube.errors import (
     UnsupportedMediaType,
 )
 from gm.kube.resources import CONFIGMAPS, DEPLOYMENTS, GVR, PODS
+from tests.e2e.conftest import connect
 
 NS = "default"
-
-
-async def connect(cluster, tmp_path, **settings) -> KubeClient:
-    """A client configured the way the GM is: from a kubeconfig file the cluster wrote."""
-    path = tmp_path / "kubeconfig"
-    cluster.write_kubeconfig(str(path))
-    kw = {"qps": 0, "timeout": 10, **settings}
-    return await KubeClient.connect(ClientSettings(kubeconfig=str(path), **kw))
 
 
 async def until(pred: Callable[[], bool], *, within: float = 5.0) -> None:
@@ -37,13 +30,6 @@ async def until(pred: Callable[[], bool], *, within: float = 5.0) -> None:
     async with asyncio.timeout(within):
         while not pred():  # noqa: ASYNC110 - polling with a deadline is the point
             await asyncio.sleep(0.01)
-
-
-@pytest.fixture
-async def kube(cluster, tmp_path):
-    client = await connect(cluster, tmp_path)
-    yield client
-    await client.close()
 
 
 def cm(name: str, data: dict | None = None, labels: dict | None = None) -> dict:

@@ -7,14 +7,7 @@ import pytest
 
 from gm.kube.events import EventRecorder
 from gm.kube.resources import CONFIGMAPS, EVENTS
-from tests.e2e.test_kube_client import NS, cm, connect
-
-
-@pytest.fixture
-async def kube(cluster, tmp_path):
-    client = await connect(cluster, tmp_path)
-    yield client
-    await client.close()
+from tests.e2e.test_kube_client import NS, cm
 
 
 @pytest.fixture

@@ -11,14 +11,7 @@ from gm.kube.informer import InformerFactory, SharedInformer
 from gm.kube.reflector import ReflectorSettings
 from gm.kube.resources import CONFIGMAPS, PODS
 from gm.kube.store import INDEX_LABEL, INDEX_NAMESPACE, INDEX_OWNER
-from tests.e2e.test_kube_client import NS, cm, connect, until
-
-
-@pytest.fixture
-async def kube(cluster, tmp_path):
-    client = await connect(cluster, tmp_path)
-    yield client
-    await client.close()
+from tests.e2e.test_kube_client import NS, cm, until
 
 FAST = ReflectorSettings(page_size=2, watch_timeout=30, backoff_initial=0.02, backoff_max=0.1)
 

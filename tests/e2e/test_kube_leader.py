@@ -9,14 +9,7 @@ import pytest
 
 from gm.kube.leader import LeaderElector, LeaderSettings
 from gm.kube.resources import LEASES
-from tests.e2e.test_kube_client import NS, connect
-
-
-@pytest.fixture
-async def kube(cluster, tmp_path):
-    client = await connect(cluster, tmp_path)
-    yield client
-    await client.close()
+from tests.e2e.test_kube_client import NS
 
 FAST = dict(namespace=NS, name="sedna-gm", lease_duration=2.0, renew_deadline=1.5,
             retry_period=0.1)

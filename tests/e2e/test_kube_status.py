@@ -9,14 +9,7 @@ import pytest
 
 from gm.kube.errors import Conflict, NotFound
 from gm.kube.status import StatusWriter
-from tests.e2e.test_kube_client import NS, connect, ensure_widget_crd, widget
-
-
-@pytest.fixture
-async def kube(cluster, tmp_path):
-    client = await connect(cluster, tmp_path)
-    yield client
-    await client.close()
+from tests.e2e.test_kube_client import NS, ensure_widget_crd, widget
 
 
 @pytest.fixture
