@@ -8,7 +8,7 @@ production `link_factory` or a GMLink built with short timings for restart scena
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,30 +20,12 @@ from gm.hub import Hub, ReportDeferred
 from lc.app import LocalController
 from lc.config import LCConfig
 from lc.link import GMLink, LinkSettings, link_factory
-from proto import SUBPROTOCOL, Message, ObjKey, Op, decode_native, encode_native, hello
+from proto import SUBPROTOCOL, Message, Op, decode_native, encode_native, hello
 from tests.conftest import wait_for
+from tests.hubfakes import MemSource
 
 NODE = "edge-1"
 TIMEOUT = 10.0
-
-
-class MemSource:
-    """Which objects each node needs, held in a dict (the GM's informer view)."""
-
-    def __init__(self) -> None:
-        self.by_node: dict[str, dict[ObjKey, dict[str, Any]]] = {}
-
-    def put(self, kind: str, name: str, obj: dict[str, Any], node: str = NODE) -> None:
-        self.by_node.setdefault(node, {})[(kind, "default", name)] = obj
-
-    def remove(self, kind: str, name: str, node: str = NODE) -> None:
-        del self.by_node[node][(kind, "default", name)]
-
-    def objects_for_node(self, node: str) -> list[tuple[str, str, str, Mapping[str, Any]]]:
-        return [(*key, obj) for key, obj in self.by_node.get(node, {}).items()]
-
-    def is_assigned(self, node: str, kind: str, namespace: str, name: str) -> bool:
-        return (kind, namespace, name) in self.by_node.get(node, {})
 
 
 class MemHandler:
@@ -128,9 +110,9 @@ class HubServer:
 @pytest.fixture
 def source() -> MemSource:
     src = MemSource()
-    src.put("Model", "m1", model("m1"))
-    src.put("Model", "m2", model("m2"))
-    src.put("Dataset", "d1", dataset("d1"))
+    src.put(NODE, "Model", "m1", model("m1"))
+    src.put(NODE, "Model", "m2", model("m2"))
+    src.put(NODE, "Dataset", "d1", dataset("d1"))
     return src
 
 
@@ -351,7 +333,7 @@ async def test_reports_appended_while_the_gm_is_down_are_delivered_once(
         gm: HubServer, lc: LocalController, links: list[GMLink], handler: MemHandler,
         source: MemSource) -> None:
     assert lc.store is not None
-    source.put("Model", "r", model("r"))
+    source.put(NODE, "Model", "r", model("r"))
     link = attach(lc, links, gm.address)
     await link.wait_connected(TIMEOUT)
     first = await lc.store.append_report("Model", "default", "r", {"n": 0})
@@ -375,7 +357,7 @@ async def test_refused_report_is_dropped_after_its_error_ack(
         gm: HubServer, lc: LocalController, links: list[GMLink], handler: MemHandler,
         source: MemSource) -> None:
     assert lc.store is not None
-    source.put("Model", "mine", model("mine"))
+    source.put(NODE, "Model", "mine", model("mine"))
     link = attach(lc, links, gm.address)
     await link.wait_connected(TIMEOUT)
     refused = await lc.store.append_report("Model", "default", "not-mine", {"n": 1})
@@ -394,7 +376,7 @@ async def test_gm_without_the_subprotocol_gets_upstream_mode(
     server = HubServer(source, handler, upstream_only=True)
     await server.start()
     try:
-        source.put("Dataset", "counted", dataset("counted"))
+        source.put(NODE, "Dataset", "counted", dataset("counted"))
         link = attach(lc, links, server.address)
         await link.wait_connected(TIMEOUT)
         assert link.info.mode == "upstream"
@@ -414,7 +396,7 @@ async def test_second_link_for_the_node_replaces_the_first_without_losing_report
         gm: HubServer, lc: LocalController, links: list[GMLink], handler: MemHandler,
         source: MemSource) -> None:
     assert lc.store is not None and gm.hub is not None
-    source.put("Model", "r", model("r"))
+    source.put(NODE, "Model", "r", model("r"))
     first = attach(lc, links, gm.address)
     await first.wait_connected(TIMEOUT)
     handler.gate.clear()  # the GM takes the first report and does not finish it
@@ -438,8 +420,8 @@ async def test_report_without_ack_is_resent_after_the_ack_timeout(
         gm: HubServer, lc: LocalController, links: list[GMLink], handler: MemHandler,
         source: MemSource) -> None:
     assert lc.store is not None
-    source.put("Model", "flaky", model("flaky"))
-    source.put("Model", "r", model("r"))
+    source.put(NODE, "Model", "flaky", model("flaky"))
+    source.put(NODE, "Model", "r", model("r"))
     handler.defer["flaky"] = 2  # the GM cannot apply it twice, and does not ack those attempts
     link = attach(lc, links, gm.address, ack_timeout=0.2)
     await link.wait_connected(TIMEOUT)

@@ -15,30 +15,12 @@ from aiohttp import WSMsgType, web
 
 import proto
 from gm.hub import Hub, ReportDeferred, ReportInvalid
-from proto import SUBPROTOCOL, Message, ObjKey, Op, decode_native, encode_native
+from proto import SUBPROTOCOL, Message, Op, decode_native, encode_native
+from tests.hubfakes import MemSource
 
 NODE = "edge-1"
 OTHER = "edge-2"
 TIMEOUT = 5.0
-
-
-class MemSource:
-    """The GM's view of which objects each node needs, held in dicts."""
-
-    def __init__(self) -> None:
-        self.by_node: dict[str, dict[ObjKey, dict[str, Any]]] = {}
-
-    def put(self, node: str, kind: str, name: str, obj: dict[str, Any], namespace: str = "default") -> None:
-        self.by_node.setdefault(node, {})[(kind, namespace, name)] = obj
-
-    def remove(self, node: str, kind: str, name: str, namespace: str = "default") -> None:
-        del self.by_node[node][(kind, namespace, name)]
-
-    def objects_for_node(self, node: str) -> list[tuple[str, str, str, Mapping[str, Any]]]:
-        return [(*key, obj) for key, obj in self.by_node.get(node, {}).items()]
-
-    def is_assigned(self, node: str, kind: str, namespace: str, name: str) -> bool:
-        return (kind, namespace, name) in self.by_node.get(node, {})
 
 
 class MemHandler:
