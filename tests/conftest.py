@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
+import logging
 import os
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -13,18 +16,73 @@ import pytest
 KUBECTL = os.environ.get("KUBECTL", "/usr/bin/kubectl")
 
 
-async def wait_for(predicate: Callable[[], Any], *, within: float = 5.0, interval: float = 0.01,
-                   message: str = "condition") -> Any:
-    """Poll `predicate` until it returns a truthy value; fail the test after `within` seconds."""
+async def eventually(predicate: Callable[[], Any], *, within: float = 5.0, interval: float = 0.01,
+                     message: str = "condition") -> Any:
+    """Poll `predicate` (plain or async) until it returns a truthy value and return that value;
+    fail the test after `within` seconds. Write the predicate so that it implies the assertion
+    that follows, never a sleep before it."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
     while True:
         value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
         if value:
             return value
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {within}s waiting for {message}")
         await asyncio.sleep(interval)
+
+
+wait_for = eventually  # the older name, kept while tests move over
+
+
+# ---- the log guard ----------------------------------------------------------------------
+# Any test whose in-process logs hold a traceback, "reconcile crashed" or an ERROR record
+# fails, unless it declares what it expects with
+# `@pytest.mark.expect_log_errors(r"regex", ...)` (matched against "logger: message").
+
+_CRASH = re.compile(r"reconcile crashed|Traceback")
+
+
+class _LogGuard(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.bad: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = f"{record.name}: {record.getMessage()}"
+        except Exception as exc:  # a record that cannot even be formatted is itself a defect
+            text = f"{record.name}: unformattable record {record.msg!r}: {exc}"
+            self.bad.append(text)
+            return
+        if record.levelno >= logging.ERROR or record.exc_info or _CRASH.search(text):
+            if record.exc_info and record.exc_info[1] is not None:
+                text += f" [{type(record.exc_info[1]).__name__}: {record.exc_info[1]}]"
+            self.bad.append(text)
+
+
+@pytest.fixture(autouse=True)
+def log_guard(request):
+    """Fail the test on unexpected error logs (see above)."""
+    guard = _LogGuard()
+    root = logging.getLogger()
+    root.addHandler(guard)
+    try:
+        yield guard
+    finally:
+        root.removeHandler(guard)
+    marker = request.node.get_closest_marker("expect_log_errors")
+    allowed = [re.compile(p) for p in (marker.args if marker else ())]
+    unexpected = [t for t in guard.bad if not any(p.search(t) for p in allowed)]
+    if unexpected:
+        pytest.fail("unexpected error logs:\n  " + "\n  ".join(unexpected[:20]), pytrace=False)
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        "markers", "expect_log_errors(*regex): error log lines this test expects (log guard)")
 
 
 @pytest.fixture

@@ -421,6 +421,7 @@ def test_record_event_dedupes(store: Store) -> None:
     assert store.record_event(node, reason="R", message="m")["metadata"]["namespace"] == "default"
 
 
+@pytest.mark.expect_log_errors(r"store listener failed")
 def test_listener_order_and_unsubscribe(store: Store) -> None:
     seen = []
     unsubscribe = store.add_listener(lambda ev: seen.append((ev.type, ev.rv)))

@@ -147,6 +147,7 @@ async def test_resync_redelivers_updates(kube, running):
     assert rec.of("r")[0] == ("add", "1")
 
 
+@pytest.mark.expect_log_errors(r"event handler failed")
 async def test_late_handler_gets_adds_and_bad_handler_is_contained(kube, running):
     await kube.create(CONFIGMAPS, cm("late", {"v": "1"}), namespace=NS)
     inf = SharedInformer(kube, CONFIGMAPS, namespace=NS, settings=FAST)

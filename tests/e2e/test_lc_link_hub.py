@@ -392,6 +392,7 @@ async def test_gm_without_the_subprotocol_gets_upstream_mode(
         await server.stop()
 
 
+@pytest.mark.expect_log_errors(r"another connection for this node took over")
 async def test_second_link_for_the_node_replaces_the_first_without_losing_reports(
         gm: HubServer, lc: LocalController, links: list[GMLink], handler: MemHandler,
         source: MemSource) -> None:

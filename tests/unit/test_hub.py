@@ -310,6 +310,7 @@ async def test_status_for_unassigned_object_is_refused(make_hub: HubFactory, htt
     assert await recv(ws) == proto.ack(4)
 
 
+@pytest.mark.expect_log_errors(r"hub status handler failed")
 async def test_handler_outcomes(make_hub: HubFactory, http: aiohttp.ClientSession, handler: MemHandler) -> None:
     hub, url = await make_hub()
     ws = await connect(http, url)
@@ -502,6 +503,7 @@ async def test_upstream_reconnect_learns_deletions_made_while_away(
 # ---- misc -----------------------------------------------------------------------------------
 
 
+@pytest.mark.expect_log_errors(r"hub cannot send .*exceeds the limit")
 async def test_object_that_cannot_be_encoded_is_skipped(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
     hub, url = await make_hub(max_frame_bytes=4096)
     ws = await connect(http, url)

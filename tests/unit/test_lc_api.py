@@ -288,6 +288,7 @@ async def test_ops_endpoints(lc) -> None:
     assert "sedna_lc_store_commit_batch_size_count" in metrics
 
 
+@pytest.mark.expect_log_errors(r"report not stored")
 async def test_readyz_fails_when_store_closed(lc) -> None:
     controller, base = lc
     await controller.store.close()

@@ -1,5 +1,7 @@
 import asyncio
 
+import pytest
+
 from gm.controllers.runner import (
     ControllerRunner,
     PermanentError,
@@ -26,6 +28,7 @@ async def run_until(runner, predicate, within=2.0):
         await task
 
 
+@pytest.mark.expect_log_errors(r"reconcile crashed")
 async def test_outcomes_are_counted_and_retried():
     calls: dict[str, int] = {}
 
