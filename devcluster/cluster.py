@@ -3,6 +3,10 @@
 Start: load the state file (if any), start the controllers (nodes first, so pods find
 them), then serve. Stop: stop the controllers, kill local processes, close the server,
 save the state. Everything else (CLI, `make run`, test fixtures) builds on this class.
+
+Every background task (the controllers, the process runtime's pod loops) runs under the
+cluster's one `Supervisor`: a crash is logged and restarted, repeated crashes fail
+`/healthz` and `/readyz`, and `crashes` is the record tests check at teardown.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from devcluster.controllers.scheduler import Scheduler
 from devcluster.faults import Faults
 from devcluster.runtime import ImageEntry, ProcessRuntime, load_image_map, parse_image_map
 from devcluster.store import Store
+from devcluster.supervisor import Crash, Supervisor
 
 log = logging.getLogger("devcluster")
 
@@ -40,15 +45,18 @@ class DevCluster:
         state_file: str | os.PathLike[str] | None = None, faults: Any = None,
         start_delay: float = 0.2, termination_delay: float = 0.1, resync: float = 5.0,
         lease_interval: float = 10.0, restart_backoff: float = 0.5, store: Store | None = None,
+        supervisor: Supervisor | None = None,
     ):
         self.store = store or Store()
+        self.supervisor = supervisor or Supervisor()
         self.faults = faults if faults is not None else Faults()  # tests switch faults on at run time
         self.state_file = Path(state_file) if state_file else None
         if self.state_file is not None and self.state_file.exists():
             self.store.load(self.state_file.read_bytes())
         self.runtime: ProcessRuntime | None = None
         if process_runtime:
-            self.runtime = ProcessRuntime(_image_map(image_map), backoff_base=restart_backoff)
+            self.runtime = ProcessRuntime(_image_map(image_map), supervisor=self.supervisor,
+                                          backoff_base=restart_backoff)
         self.controllers: dict[str, Controller] = {}
         for ctl in (
             NodeController(self.store, nodes=nodes, lease_interval=lease_interval),
@@ -68,6 +76,11 @@ class DevCluster:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    @property
+    def crashes(self) -> list[Crash]:
+        """Every unexpected end of a background task since the cluster was built."""
+        return self.supervisor.crashes
+
     def controller(self, name: str) -> Controller:
         """A controller by name: node-lifecycle, garbage-collector, replicaset-controller,
         deployment-controller, default-scheduler, kubelet."""
@@ -78,7 +91,7 @@ class DevCluster:
         from devcluster.server import make_app  # the HTTP layer is only needed once serving
 
         self.start_controllers()
-        app = make_app(self.store, faults=self.faults, log_source=self.pod_logs)
+        app = make_app(self.store, faults=self.faults, log_source=self.pod_logs, health=self.supervisor.health)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
@@ -102,8 +115,8 @@ class DevCluster:
     def start_controllers(self) -> None:
         """Start the controllers only (tests that drive the store directly use this)."""
         for ctl in self.controllers.values():
-            if ctl._task is None:
-                ctl.start()
+            if not ctl.started:
+                ctl.start(self.supervisor)
 
     def _node_names(self) -> list[str]:
         ctl = self.controllers["node-lifecycle"]
@@ -116,6 +129,7 @@ class DevCluster:
             await ctl.stop()
         if self.runtime is not None:
             await self.runtime.close()
+        await self.supervisor.stop()
         if self._runner is not None:
             await asyncio.wait_for(self._runner.cleanup(), 10)
             self._runner = None

@@ -18,6 +18,11 @@ container's resolved env (which includes NODE_NAME, POD_NAME, POD_NAMESPACE).
 
 Only the first container of a pod is run; restarts follow `restartPolicy` with
 exponential backoff; output (stdout and stderr together) is kept per pod, bounded.
+
+Each pod's loop is a one-shot task under the dev cluster's `Supervisor` (component
+`process-runtime`): a bug that ends it is logged and recorded as a crash, and the pod's
+container shows as terminated with an Error (the process is killed), as a container
+runtime failure would; it is not restarted, since restarts are the pod's restartPolicy.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import yaml
 
 from devcluster.controllers.meta import now_time
 from devcluster.controllers.podstatus import ContainerRun
+from devcluster.supervisor import Supervised, Supervisor
 
 log = logging.getLogger("devcluster.runtime")
 
@@ -143,15 +149,21 @@ class _PodProcess:
     proc: asyncio.subprocess.Process | None = None
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     kill_timer: asyncio.TimerHandle | None = None
-    task: asyncio.Task | None = None
+    supervised: Supervised | None = None
+
+    @property
+    def task(self) -> asyncio.Task | None:
+        return self.supervised.task if self.supervised is not None else None
 
 
 class ProcessRuntime:
     """Runs mapped images as local processes and reports their state to the kubelet."""
 
-    def __init__(self, image_map: dict[str, ImageEntry], *, on_change: Callable[[str, str], None] | None = None,
+    def __init__(self, image_map: dict[str, ImageEntry], *, supervisor: Supervisor,
+                 on_change: Callable[[str, str], None] | None = None,
                  log_limit: int = DEFAULT_LOG_LIMIT, backoff_base: float = 0.5, backoff_max: float = 10.0):
         self.image_map = image_map
+        self.supervisor = supervisor
         self.on_change = on_change or (lambda ns, name: None)
         self.log_limit = log_limit
         self.backoff_base = backoff_base
@@ -190,8 +202,9 @@ class ProcessRuntime:
         )
         self._pods[pp.uid] = pp
         self._by_name[(pp.namespace, pp.name)] = pp.uid
-        pp.task = asyncio.create_task(self._supervise(pp), name=f"pod:{pp.namespace}/{pp.name}")
-        pp.task.add_done_callback(lambda t, pp=pp: self._task_done(pp, t))
+        pp.supervised = self.supervisor.spawn(
+            f"pod:{pp.namespace}/{pp.name}@{pp.uid}", lambda: self._supervise(pp), component="process-runtime",
+            restart=False, on_exit=lambda error, pp=pp: self._task_done(pp, error))
 
     def stop(self, uid: str, grace: float) -> None:
         """SIGTERM the process now and SIGKILL it after `grace` seconds; no more restarts."""
@@ -222,19 +235,22 @@ class ProcessRuntime:
         """Kill every process and wait for the supervisors."""
         for uid in list(self._pods):
             self.stop(uid, 0)
-        tasks = [pp.task for pp in self._pods.values() if pp.task is not None]
+        tasks = [pp.task for pp in self._pods.values() if pp.task is not None and not pp.task.done()]
         if tasks:
-            _done, pending = await asyncio.wait(tasks, timeout=wait)
-            for t in pending:
-                t.cancel()
+            await asyncio.wait(tasks, timeout=wait)
+        for pp in list(self._pods.values()):
+            if pp.supervised is not None:
+                await pp.supervised.stop()
 
     # -- internals ------------------------------------------------------------------
 
-    def _task_done(self, pp: _PodProcess, task: asyncio.Task) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            log.error("pod=%s/%s supervisor crashed", pp.namespace, pp.name, exc_info=task.exception())
+    def _task_done(self, pp: _PodProcess, error: BaseException | None) -> None:
+        """The pod's loop is over (the supervisor already logged and recorded a crash)."""
+        if error is not None:
+            if pp.proc is not None:
+                _signal(pp.proc, signal.SIGKILL)  # nothing watches it any more
             pp.run = ContainerRun(state="terminated", exit_code=128, reason="Error",
-                                  message=str(task.exception()), restart_count=pp.run.restart_count)
+                                  message=str(error), restart_count=pp.run.restart_count)
         if pp.kill_timer is not None:
             pp.kill_timer.cancel()
         self._retired.pop((pp.namespace, pp.name), None)

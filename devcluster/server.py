@@ -48,6 +48,7 @@ from devcluster.watch import WatchEvent
 log = logging.getLogger(__name__)
 
 LogSource = Callable[[str, str, str | None, int | None], "str | None | Awaitable[str | None]"]
+Health = Callable[[], "dict[str, str | None]"]  # check name -> None (ok) or why it fails
 STORE_KEY: web.AppKey[Store] = web.AppKey("store", Store)
 FAULTS_KEY: web.AppKey[Faults] = web.AppKey("faults", Faults)
 MAX_BODY = 3 * 1024 * 1024
@@ -74,10 +75,12 @@ class Target:
     subresource: str | None
 
 
-def make_app(store: Store, *, faults: Faults | None = None, log_source: LogSource | None = None) -> web.Application:
-    """The API server application for `store`; `faults` defaults to a disabled Faults()."""
+def make_app(store: Store, *, faults: Faults | None = None, log_source: LogSource | None = None,
+             health: Health | None = None) -> web.Application:
+    """The API server application for `store`; `faults` defaults to a disabled Faults().
+    `health` adds checks to `/healthz` and `/readyz` (the dev cluster's supervised tasks)."""
     app = web.Application(client_max_size=MAX_BODY)
-    api = _Api(store, faults or Faults(), log_source)
+    api = _Api(store, faults or Faults(), log_source, health)
     app[STORE_KEY] = store
     app[FAULTS_KEY] = api.faults
     app.router.add_route("*", "/{tail:.*}", api.handle)
@@ -86,10 +89,11 @@ def make_app(store: Store, *, faults: Faults | None = None, log_source: LogSourc
 
 
 class _Api:
-    def __init__(self, store: Store, faults: Faults, log_source: LogSource | None) -> None:
+    def __init__(self, store: Store, faults: Faults, log_source: LogSource | None, health: Health | None) -> None:
         self.store = store
         self.faults = faults
         self.log_source = log_source
+        self.health = health
         self._cache: dict[str, tuple[int, bytes]] = {}  # discovery/OpenAPI bodies per registry generation
         self._streams: set[Any] = set()  # open watches, ended on shutdown so handlers finish at once
 
@@ -115,7 +119,7 @@ class _Api:
         if path == "/version":
             return json_response(discovery.VERSION_INFO)
         if path in ("/healthz", "/readyz", "/livez"):
-            return web.Response(text="ok", content_type="text/plain")
+            return self._health(path, request)
         if path.startswith("/devcluster/"):
             return await self._admin(request, path)
         if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
@@ -126,6 +130,19 @@ class _Api:
         if segs[0] == "apis":
             return await self._groups(request, segs[1:])
         raise path_not_found()
+
+    def _health(self, path: str, request: web.Request) -> web.Response:
+        """Like the real server: "ok", or 500 listing each check as `[+]name ok` / `[-]name failed:
+        reason` (also on success with `?verbose`). /livez only says the process serves."""
+        checks: dict[str, str | None] = {"ping": None}
+        if self.health is not None and path != "/livez":
+            checks.update(self.health())
+        failed = any(why is not None for why in checks.values())
+        if not failed and "verbose" not in request.query:
+            return web.Response(text="ok", content_type="text/plain")
+        lines = [f"[+]{name} ok" if why is None else f"[-]{name} failed: {why}" for name, why in checks.items()]
+        lines.append(f"{path.strip('/')} check {'failed' if failed else 'passed'}")
+        return web.Response(text="\n".join(lines) + "\n", status=500 if failed else 200, content_type="text/plain")
 
     # -- discovery -----------------------------------------------------------------------------
 

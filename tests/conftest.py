@@ -85,9 +85,18 @@ def pytest_configure(config) -> None:
         "markers", "expect_log_errors(*regex): error log lines this test expects (log guard)")
 
 
+def assert_no_crashes(dc) -> None:
+    """Fail the test if any of the dev cluster's supervised tasks (controllers, pod loops) died
+    during it: a restarted controller would otherwise only make the test slow or flaky."""
+    if dc.crashes:
+        lines = [f"{c.task}: {c.error}\n{c.traceback}" for c in dc.crashes[:5]]
+        pytest.fail(f"{len(dc.crashes)} dev cluster task crash(es):\n" + "\n".join(lines), pytrace=False)
+
+
 @pytest.fixture
 async def cluster(tmp_path: Path):
-    """A served DevCluster (start delay 0, fast resync); kubeconfig at tmp_path/kubeconfig."""
+    """A served DevCluster (start delay 0, fast resync); kubeconfig at tmp_path/kubeconfig.
+    Fails the test at teardown if any of its controllers crashed."""
     from devcluster.cluster import DevCluster
 
     dc = DevCluster(start_delay=0, termination_delay=0, resync=0.5, lease_interval=1.0,
@@ -98,6 +107,7 @@ async def cluster(tmp_path: Path):
         yield dc
     finally:
         await dc.stop()
+    assert_no_crashes(dc)
 
 
 Kubectl = Callable[..., Awaitable[tuple[int, str, str]]]
@@ -134,7 +144,8 @@ def kubectl(cluster, tmp_path: Path) -> Kubectl:
 
 @pytest.fixture
 async def live():
-    """A DevCluster whose controllers run but which does not serve HTTP (store-level tests)."""
+    """A DevCluster whose controllers run but which does not serve HTTP (store-level tests).
+    Fails the test at teardown if any of its controllers crashed."""
     from devcluster.cluster import DevCluster
 
     dc = DevCluster(start_delay=0, termination_delay=0, resync=0.5, lease_interval=1.0,
@@ -144,3 +155,4 @@ async def live():
         yield dc
     finally:
         await dc.stop()
+    assert_no_crashes(dc)

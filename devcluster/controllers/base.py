@@ -4,6 +4,12 @@ Store listeners run synchronously inside a write, so `keys_for` only computes ke
 enqueues; all reads and writes happen in `sync`, on a worker task. A periodic resync
 re-enqueues every key so a missed trigger heals. `freeze()` pauses the workers (keys keep
 accumulating) so tests can look at intermediate states.
+
+The workers and the resync loop run as one task, `controller:<name>`, owned by the dev
+cluster's `Supervisor`: if anything ends it, the supervisor logs the crash and restarts
+it with backoff, and each (re)start enqueues every key, so the restarted controller
+converges whatever changed while it was down. The queue (and its delayed adds) outlives
+restarts.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Any
 
 from devcluster.controllers.workqueue import KeyQueue
 from devcluster.errors import ApiError
+from devcluster.supervisor import Supervised, Supervisor
 
 log = logging.getLogger("devcluster.controllers")
 
@@ -33,7 +40,7 @@ class Controller(abc.ABC):
         self._unfrozen = asyncio.Event()
         self._unfrozen.set()
         self._unsubscribe: Any = None
-        self._task: asyncio.Task | None = None
+        self._supervised: Supervised | None = None
         self.syncs = 0  # completed syncs, for tests and debugging
 
     # -- subclass hooks -------------------------------------------------------------
@@ -55,28 +62,35 @@ class Controller(abc.ABC):
 
     # -- lifecycle ------------------------------------------------------------------
 
-    def start(self) -> asyncio.Task:
-        """Subscribe to the store and start the workers; returns the owning task."""
+    @property
+    def task_name(self) -> str:
+        return f"controller:{self.name}"
+
+    @property
+    def started(self) -> bool:
+        return self._supervised is not None
+
+    @property
+    def task(self) -> asyncio.Task | None:
+        """The current run of the workers (a new task after each restart)."""
+        return self._supervised.task if self._supervised is not None else None
+
+    def start(self, supervisor: Supervisor) -> Supervised:
+        """Subscribe to the store and start the workers under `supervisor`."""
         self.prime()
         self._unsubscribe = self.store.add_listener(self._on_event)
-        for key in self.resync_keys():
-            self.queue.add(key)
-        self._task = asyncio.create_task(self._run(), name=f"controller:{self.name}")
-        return self._task
+        self._supervised = supervisor.spawn(self.task_name, self._run, component=self.name)
+        return self._supervised
 
     async def stop(self) -> None:
-        """Unsubscribe, cancel the workers and wait for them."""
+        """Unsubscribe, stop the workers and wait for them."""
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
         self.queue.close()
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        if self._supervised is not None:
+            await self._supervised.stop()
+            self._supervised = None
 
     def freeze(self) -> None:
         """Pause processing; changes keep being queued."""
@@ -100,6 +114,9 @@ class Controller(abc.ABC):
             log.exception("controller=%s listener failed", self.name)
 
     async def _run(self) -> None:
+        """One run of the workers; every key is enqueued first (a restart misses nothing)."""
+        for key in self.resync_keys():
+            self.queue.add(key)
         async with asyncio.TaskGroup() as tg:
             for i in range(self.workers):
                 tg.create_task(self._worker(), name=f"{self.name}:worker-{i}")

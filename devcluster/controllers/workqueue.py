@@ -4,7 +4,11 @@ Invariants (the same as a client-go workqueue):
 
 - a key is handed to at most one worker at a time (`_processing`);
 - adding a key that is already waiting is a no-op (`_dirty`);
-- a key added while it is being processed runs once more after `done`.
+- a key added while it is being processed runs once more after `done`;
+- a key has at most one pending delayed add, due at `_deadlines[key]` (the earliest asked
+  for). The deadline is kept here, not read back from the timer handle: under uvloop a
+  `call_at` due in less than about half a millisecond returns a plain `Handle` with no
+  `when()`.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ class KeyQueue:
         self._dirty: set[Hashable] = set()  # waiting keys: each is in `_queue` or in flight
         self._processing: set[Hashable] = set()  # keys handed to a worker, not yet done
         self._failures: dict[Hashable, int] = {}
-        self._timers: dict[Hashable, asyncio.TimerHandle] = {}
+        self._timers: dict[Hashable, asyncio.Handle] = {}  # key -> its pending delayed add
+        self._deadlines: dict[Hashable, float] = {}  # key -> loop time that add is due
         self._wakeup = asyncio.Event()
         self._base = base_delay
         self._max = max_delay
@@ -49,15 +54,26 @@ class KeyQueue:
             return
         loop = asyncio.get_running_loop()
         when = loop.time() + delay
-        timer = self._timers.get(key)
-        if timer is not None and not timer.cancelled() and timer.when() <= when:
+        pending = self._deadlines.get(key)
+        if pending is not None and pending <= when:
             return
+        self._cancel_timer(key)
+        self._deadlines[key] = when
+        self._timers[key] = loop.call_at(when, self._fire, key)
+
+    def pending_at(self, key: Hashable) -> float | None:
+        """Loop time the delayed add of `key` is due, or None if none is pending."""
+        return self._deadlines.get(key)
+
+    def _cancel_timer(self, key: Hashable) -> None:
+        timer = self._timers.pop(key, None)
+        self._deadlines.pop(key, None)
         if timer is not None:
             timer.cancel()
-        self._timers[key] = loop.call_at(when, self._fire, key)
 
     def _fire(self, key: Hashable) -> None:
         self._timers.pop(key, None)
+        self._deadlines.pop(key, None)
         self.add(key)
 
     def retry(self, key: Hashable) -> float:
@@ -95,3 +111,4 @@ class KeyQueue:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+        self._deadlines.clear()

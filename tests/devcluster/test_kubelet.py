@@ -4,7 +4,7 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 
 from devcluster.cluster import DevCluster
-from tests.conftest import wait_for
+from tests.conftest import assert_no_crashes, wait_for
 from tests.devcluster.helpers import pod, rt
 
 
@@ -61,6 +61,7 @@ async def test_pod_goes_pending_then_running_after_start_delay():
         assert model.status.container_statuses[0].state.running.started_at is not None
     finally:
         await dc.stop()
+    assert_no_crashes(dc)
 
 
 async def test_scheduler_honours_node_name_and_selector(live):

@@ -1,12 +1,13 @@
 """Process runtime: mapped images run as local processes; phase, env, logs, restarts, kill."""
 
 import os
+import re
 import sys
 
 import pytest
 
 from devcluster.cluster import DevCluster
-from tests.conftest import wait_for
+from tests.conftest import assert_no_crashes, eventually, wait_for
 from tests.devcluster.helpers import pod, rt
 
 SCRIPT_ENV = ("import os, sys; print('hello from', os.environ['POD_NAME'], os.environ['NODE_NAME'], "
@@ -27,6 +28,7 @@ async def rdc():
         yield dc
     finally:
         await dc.stop()
+    assert_no_crashes(dc)
 
 
 def _get(store, name):
@@ -97,9 +99,11 @@ async def test_restart_policy_restarts_with_backoff(rdc):
 async def test_deleting_the_pod_terminates_the_process(rdc):
     store = rdc.store
     store.create(rt(store, "pods"), "default", pod("sleepy", image="sim/sleep:v1"))
-    await wait_for(lambda: b"pid" in (rdc.runtime.logs("default", "sleepy") or b""), message="process output")
+    # the whole line, not just "pid": unbuffered output may bring the number in a later write
+    m = await eventually(lambda: re.search(rb"^pid (\d+)\n", rdc.runtime.logs("default", "sleepy") or b""),
+                         message="process output")
     assert _get(store, "sleepy")["status"]["phase"] == "Running"
-    pid = int(rdc.runtime.logs("default", "sleepy").split()[1])
+    pid = int(m.group(1))
     store.delete(rt(store, "pods"), "default", "sleepy")
     await wait_for(lambda: _get(store, "sleepy") is None, message="pod removed")
 

@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from devcluster.errors import ApiError
+from tests.conftest import eventually
 from tests.devcluster.conftest import ApiServer, Http, pod
 
 PODS = "/api/v1/namespaces/default/pods"
@@ -33,12 +34,6 @@ async def read(resp: aiohttp.ClientResponse, n: int, limit: float = 5.0) -> list
 
 def summary(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [(e["type"], e["object"]["metadata"].get("name", "")) for e in events]
-
-
-async def until(cond, limit: float = 5.0) -> None:
-    async with asyncio.timeout(limit):
-        while not cond():  # noqa: ASYNC110 - a poll with a timeout on store state, no event to await
-            await asyncio.sleep(0.01)
 
 
 @pytest.mark.parametrize("rv", ["", "&resourceVersion=0"], ids=["unset", "zero"])
@@ -156,10 +151,10 @@ async def test_disconnect_releases_watcher(apiserver: ApiServer, http: Http) -> 
     async with aiohttp.ClientSession(apiserver.url) as session:
         resp = await session.get(PODS + f"?watch=true&resourceVersion={store.rv}")
         assert resp.status == 200
-        await until(lambda: store.watcher_count(rt) == 1)
+        await eventually(lambda: store.watcher_count(rt) == 1, message="one watcher")
         resp.close()
     store.create(rt, "default", pod("wake"))  # the next write on a dead stream fails and closes it
-    await until(lambda: store.watcher_count(rt) == 0)
+    await eventually(lambda: store.watcher_count(rt) == 0, message="watcher released")
 
 
 async def test_watch_drop_fault_cuts_stream(apiserver: ApiServer, http: Http) -> None:
@@ -167,7 +162,7 @@ async def test_watch_drop_fault_cuts_stream(apiserver: ApiServer, http: Http) ->
     with pytest.raises(aiohttp.ClientPayloadError):
         async with http.session.get(PODS + f"?watch=true&resourceVersion={apiserver.store.rv}") as resp:
             await read(resp, 1, limit=3)
-    await until(lambda: apiserver.store.watcher_count() == 0)
+    await eventually(lambda: apiserver.store.watcher_count() == 0, message="watcher released")
 
 
 async def test_table_watch(apiserver: ApiServer, http: Http) -> None:
