@@ -115,6 +115,7 @@ class Controller(abc.ABC):
 
     async def _run(self) -> None:
         """One run of the workers; every key is enqueued first (a restart misses nothing)."""
+        self.queue.release_in_flight()  # no worker of an earlier run holds a key any more
         for key in self.resync_keys():
             self.queue.add(key)
         async with asyncio.TaskGroup() as tg:

@@ -105,6 +105,14 @@ class KeyQueue:
             self._queue.append(key)
             self._wakeup.set()
 
+    def release_in_flight(self) -> None:
+        """Put every in-flight key back in the queue: its worker is gone (the controller's
+        task ended and is being restarted), so nobody will call `done` for it."""
+        for key in list(self._processing):
+            self._processing.discard(key)
+            self._dirty.discard(key)
+            self.add(key)
+
     def close(self) -> None:
         """Cancel pending timers and refuse new keys."""
         self._closed = True
