@@ -123,3 +123,29 @@ async def test_unmapped_image_is_simulated(rdc):
     await wait_for(lambda: (_get(store, "plain") or {}).get("status", {}).get("phase") == "Running",
                    message="running")
     assert rdc.runtime.logs("default", "plain") is None
+
+
+@pytest.mark.expect_log_errors(r"devcluster\.supervisor: task=pod:default/doomed@\S+ component=process-runtime crashed")
+async def test_a_pod_loop_that_dies_is_recorded_and_the_pod_fails_with_its_process_killed(rdc):
+    store = rdc.store
+    created = store.create(rt(store, "pods"), "default", pod("doomed", image="sim/sleep:v1"))
+    m = await eventually(lambda: re.search(rb"^pid (\d+)\n", rdc.runtime.logs("default", "doomed") or b""),
+                         message="process output")
+    loop_task = rdc.supervisor.get(f"pod:default/doomed@{created['metadata']['uid']}").task
+    loop_task.cancel()  # the pod's loop ends without anyone asking: a runtime failure
+    p = await eventually(lambda: (_get(store, "doomed") or {}).get("status", {}).get("phase") == "Failed"
+                         and _get(store, "doomed"), message="pod Failed")
+    term = p["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert term["exitCode"] == 128 and "cancelled from outside" in term["message"]
+    assert [(c.task, c.component) for c in rdc.crashes] == [
+        (f"pod:default/doomed@{created['metadata']['uid']}", "process-runtime")]
+    rdc.crashes.clear()  # expected here; the fixture checks for any other
+
+    def gone():
+        try:
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    await eventually(gone, message="orphaned process killed")
