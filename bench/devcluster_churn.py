@@ -15,6 +15,7 @@ record results in docs/benchmarks.md. tests/devcluster/test_churn.py runs a smal
 round of the same workloads.
 
     .venv/bin/python bench/devcluster_churn.py [--trainers 600] [--cycles 3] [--rounds 3] [--loop uvloop]
+    .venv/bin/python bench/devcluster_churn.py --gm   # the FL job's pods built by the real GM
 """
 
 from __future__ import annotations
@@ -165,6 +166,74 @@ async def scale_burst(dc: DevCluster, name: str, counts: tuple[int, ...], *, pau
     return time.perf_counter() - t0
 
 
+# -- the same FL job through the real GM (--gm) -------------------------------------------
+
+
+def _owned_phases(dc: DevCluster, uid: str) -> list[str]:
+    pods, _ = dc.store.list(_rt(dc, "pods"), "default")
+    return [p["status"].get("phase", "") for p in pods
+            if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])]
+
+
+def install_fl_inputs(dc: DevCluster, trainers: int) -> None:
+    """The Model and one Dataset per trainer (on alternating edge nodes) the job names."""
+    model_rt, ds_rt = _rt(dc, "models", "sedna.io", "v1alpha1"), _rt(dc, "datasets", "sedna.io", "v1alpha1")
+    dc.store.create(model_rt, "default", {"apiVersion": "sedna.io/v1alpha1", "kind": "Model",
+                                          "metadata": {"name": "model"}, "spec": {"url": "/model", "format": "pb"}})
+    for i in range(trainers):
+        dc.store.create(ds_rt, "default", {"apiVersion": "sedna.io/v1alpha1", "kind": "Dataset",
+                                           "metadata": {"name": f"dataset-{i}"},
+                                           "spec": {"url": f"/data/{i}.txt", "format": "txt",
+                                                    "nodeName": EDGE_NODES[i % 2]}})
+
+
+async def gm_fl_cycle(dc: DevCluster, name: str, *, trainers: int, within: float = 120.0) -> FlCycle:
+    """The GM builds the job's pods; the cycle is create -> all Running -> delete -> all gone."""
+    job_rt = _rt(dc, "federatedlearningjobs", "sedna.io", "v1alpha1")
+    total = trainers + 1
+    t0 = time.perf_counter()
+    uid = dc.store.create(job_rt, "default", fl_job(name, trainers))["metadata"]["uid"]
+    await until(lambda: _owned_phases(dc, uid).count("Running") == total, within=within,
+                what=f"{total} GM-built pods Running")
+    t1 = time.perf_counter()
+    dc.store.delete(job_rt, "default", name)
+    await until(lambda: not _owned_phases(dc, uid), within=within, what="every pod of the job gone")
+    t2 = time.perf_counter()
+    assert_no_crashes(dc)
+    return FlCycle(total, t1 - t0, 0.0, t2 - t1)
+
+
+async def main_gm(args: argparse.Namespace) -> None:
+    import tempfile
+
+    from gm.app import GlobalManager
+    from gm.config import parse_config
+
+    dc = DevCluster(start_delay=args.start_delay, termination_delay=args.termination_delay, resync=5.0)
+    await dc.start("127.0.0.1", 0)
+    try:
+        dc.apply_manifests(FL_CRD.parent)
+        install_fl_inputs(dc, args.trainers)
+        with tempfile.TemporaryDirectory(prefix="churn-gm-") as tmp:
+            kubeconfig = dc.write_kubeconfig(Path(tmp) / "kubeconfig")
+            gm = GlobalManager(parse_config(f"kubeConfig: {kubeconfig}\nwebsocket: {{address: 127.0.0.1, port: 0}}\n"
+                                            "workers: 4\nkubeClient: {qps: 5000, burst: 5000}\n"))
+            await gm.start()
+            try:
+                cycles = [await gm_fl_cycle(dc, f"fl-{i}", trainers=args.trainers) for i in range(args.cycles)]
+            finally:
+                await gm.stop()
+    finally:
+        await dc.stop()
+    assert_no_crashes(dc)
+    print(f"GM + dev cluster, loop={args.loop} trainers={args.trainers} start_delay={args.start_delay}s "
+          f"termination_delay={args.termination_delay}s")
+    print(f"{'measure':<52} {'value':>10}")
+    for i, c in enumerate(cycles):
+        print(f"{f'gm fl cycle {i}: job created -> {c.pods} pods Running':<52} {c.running_s * 1000:>7.0f} ms")
+        print(f"{f'gm fl cycle {i}: job deleted -> {c.pods} pods gone':<52} {c.deleted_s * 1000:>7.0f} ms")
+
+
 # -- the benchmark ----------------------------------------------------------------------
 
 
@@ -198,6 +267,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--cycles", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    ap.add_argument("--gm", action="store_true", help="the FL job's pods are built by the real GM")
     # the `make run` defaults: the kubelet requeues pods with the time left, often < 1 ms
     ap.add_argument("--start-delay", type=float, default=0.2)
     ap.add_argument("--termination-delay", type=float, default=0.1)
@@ -212,4 +282,4 @@ if __name__ == "__main__":
 
         factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(main(opts))
+        runner.run(main_gm(opts) if opts.gm else main(opts))
