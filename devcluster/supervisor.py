@@ -117,8 +117,8 @@ class Supervised:
         if self._on_exit is not None:
             try:
                 self._on_exit(error)
-            except Exception:  # the exit hook is ours; a bug in it is a crash of its own
-                log.exception("task=%s exit hook failed", self.name)
+            except Exception as hook_error:  # the exit hook is ours: a bug in it is a crash too
+                self._owner._crashed(self, hook_error)
 
     def _schedule_restart(self) -> None:
         delay = self._owner.backoff(self.failures)
