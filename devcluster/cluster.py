@@ -27,6 +27,7 @@ from devcluster.controllers.scheduler import Scheduler
 from devcluster.faults import Faults
 from devcluster.runtime import ImageEntry, ProcessRuntime, load_image_map, parse_image_map
 from devcluster.store import Store
+from devcluster.tokenreview import TokenAuthority
 
 log = logging.getLogger("devcluster")
 
@@ -42,6 +43,7 @@ class DevCluster:
         lease_interval: float = 10.0, restart_backoff: float = 0.5, store: Store | None = None,
     ):
         self.store = store or Store()
+        self.tokens = TokenAuthority(self.store)  # pod-bound ServiceAccount tokens, for TokenReview
         self.faults = faults if faults is not None else Faults()  # tests switch faults on at run time
         self.state_file = Path(state_file) if state_file else None
         if self.state_file is not None and self.state_file.exists():
@@ -78,7 +80,7 @@ class DevCluster:
         from devcluster.server import make_app  # the HTTP layer is only needed once serving
 
         self.start_controllers()
-        app = make_app(self.store, faults=self.faults, log_source=self.pod_logs)
+        app = make_app(self.store, faults=self.faults, log_source=self.pod_logs, tokens=self.tokens)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
