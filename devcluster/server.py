@@ -223,11 +223,13 @@ class _Api:
         if request.method != "POST":
             raise method_not_allowed()
         body = await _json_body(request)
-        if not isinstance(body, dict) or not isinstance(body.get("pod"), str):
-            raise bad_request("need {namespace, pod, audiences?, expirationSeconds?}")
+        audiences = body.get("audiences") if isinstance(body, dict) else None
+        if (not isinstance(body, dict) or not isinstance(body.get("pod"), str)
+                or not isinstance(audiences or [], list) or not all(isinstance(a, str) for a in audiences or [])):
+            raise bad_request("need {namespace, pod, audiences?: [string], expirationSeconds?}")
         token = self.tokens.issue(
             str(body.get("namespace") or "default"), body["pod"],
-            audiences=body.get("audiences") or tokenreview.DEFAULT_AUDIENCES,
+            audiences=audiences or tokenreview.DEFAULT_AUDIENCES,
             expiration_seconds=_int_field("expirationSeconds", body.get("expirationSeconds", 3600)))
         return json_response({"token": token}, status=201)
 

@@ -100,3 +100,10 @@ async def test_bad_requests(apiserver: ApiServer, http: Http) -> None:
     assert status == 400 and "not scheduled" in body["message"]
     status, body = await http.post("/devcluster/tokens", {"namespace": "default", "pod": "missing"})
     assert status == 404
+
+
+async def test_issue_validates_audiences(apiserver: ApiServer, http: Http) -> None:
+    await lc_pod(http)
+    status, body = await http.post("/devcluster/tokens", {"namespace": "default", "pod": "lc-abc",
+                                                          "audiences": "sedna-gm"})
+    assert status == 400 and "audiences" in body["message"]

@@ -235,3 +235,10 @@ async def test_lc_worker_api_over_https(start_gm, start_lc, server_cert: ServerC
                 await resp.read()
     assert gm.hub is not None  # the report was stored and relayed (the GM has no such job: refused)
     await eventually(lambda: gm.hub.stats.refused == 1, within=10.0, message="the report reached the GM")
+
+
+async def test_unreadable_token_secret_answers_503(start_gm) -> None:
+    """The GM cannot tell who is who: the LC is told to come back, never admitted unchecked."""
+    gm = await start_gm(websocket=ws_settings(nodeTokens=f"{{secret: {NS}/no-such-secret}}"))
+    assert await impersonate(gm, TOKEN_1) == 503
+    assert gm.hub is not None and gm.hub.connected_nodes() == []
