@@ -28,6 +28,7 @@ from aiohttp import web
 
 from gm.auth import (
     AuthConfigError,
+    Authenticator,
     FileTable,
     NodeAuth,
     NodeTokens,
@@ -147,7 +148,7 @@ class GlobalManager:
         """The configured authenticators, cheapest first: token tables, shared token, TokenReview."""
         assert self.client is not None
         ws = self.config.websocket
-        auths: list = []
+        auths: list[Authenticator] = []
         try:
             if ws.nodeTokens.file:
                 auths.append(NodeTokens(FileTable(ws.nodeTokens.file)))

@@ -178,8 +178,8 @@ def _validate_websocket(ws: WebsocketConfig) -> None:
     tls = ws.tls
     if bool(tls.certFile) != bool(tls.keyFile):
         raise ConfigError("websocket.tls: certFile and keyFile go together")
-    for key, path in (("certFile", tls.certFile), ("keyFile", tls.keyFile),
-                      ("nodeTokens.file", ws.nodeTokens.file)):
+    for key, path in (("tls.certFile", tls.certFile), ("tls.keyFile", tls.keyFile),
+                      ("nodeTokens.file", ws.nodeTokens.file), ("tokenFile", ws.tokenFile)):
         if path and not os.path.isfile(path):
             raise ConfigError(f"websocket.{key}: file {path!r} does not exist")
 

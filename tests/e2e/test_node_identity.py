@@ -16,6 +16,7 @@ import aiohttp
 import pytest
 
 from gm.app import GlobalManager
+from gm.config import ConfigError
 from gm.controllers.common import DATASETS
 from gm.kube.resources import PODS, SECRETS
 from lc.app import LocalController
@@ -242,3 +243,11 @@ async def test_unreadable_token_secret_answers_503(start_gm) -> None:
     gm = await start_gm(websocket=ws_settings(nodeTokens=f"{{secret: {NS}/no-such-secret}}"))
     assert await impersonate(gm, TOKEN_1) == 503
     assert gm.hub is not None and gm.hub.connected_nodes() == []
+
+
+async def test_unloadable_certificate_fails_the_start(start_gm, tmp_path: Path) -> None:
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_text("not a certificate\n")
+    key.write_text("not a key\n")
+    with pytest.raises(ConfigError, match="websocket.tls: cannot load"):
+        await start_gm(websocket=ws_settings(tls=f"{{certFile: {cert}, keyFile: {key}}}"))

@@ -78,7 +78,7 @@ def test_node_tokens_mode_reads_the_secret_and_each_nodes_own_file() -> None:
 
 def test_shared_token_mode_mounts_the_secret_on_both_sides() -> None:
     docs = rendered(auth={"sharedToken": {"enabled": True}})
-    assert parse_config(gm_yaml(docs)).websocket.tokenFile == "/etc/sedna/gm-token/token"
+    assert yaml.safe_load(gm_yaml(docs))["websocket"]["tokenFile"] == "/etc/sedna/gm-token/token"
     deploy = _one(docs, "Deployment")["spec"]["template"]["spec"]
     assert {"name": "gm-token", "secret": {"secretName": "sedna-gm-token"}} in deploy["volumes"]
     _, _, env, volumes, mounts = lc_parts(docs)
