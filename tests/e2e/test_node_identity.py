@@ -251,3 +251,25 @@ async def test_unloadable_certificate_fails_the_start(start_gm, tmp_path: Path) 
     key.write_text("not a key\n")
     with pytest.raises(ConfigError, match="websocket.tls: cannot load"):
         await start_gm(websocket=ws_settings(tls=f"{{certFile: {cert}, keyFile: {key}}}"))
+
+
+async def test_node_token_secret_rotation_is_followed(start_gm, api) -> None:
+    def data(table: str) -> dict[str, str]:
+        return {"tokens.yaml": base64.b64encode(table.encode()).decode()}
+    await api.create(SECRETS, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tokens"},
+                               "data": data(f"{TOKEN_1}: {NODE}\n")}, namespace=NS)
+    gm = await start_gm(websocket=ws_settings(nodeTokens=f"{{secret: {NS}/tokens, refreshSeconds: 0.1}}"))
+    assert await impersonate(gm, TOKEN_2) == 401
+    await api.patch(SECRETS, "tokens", {"data": data(f"{TOKEN_2}: {NODE}\n")}, namespace=NS)
+
+    async def admitted(token: str) -> bool:
+        async with aiohttp.ClientSession() as http:
+            try:
+                ws = await http.ws_connect(f"http://127.0.0.1:{gm.port}/", protocols=(SUBPROTOCOL,),
+                                           headers={"Node-Name": NODE, "Authorization": f"Bearer {token}"})
+            except aiohttp.WSServerHandshakeError:
+                return False
+            await ws.close()
+            return True
+    await eventually(lambda: admitted(TOKEN_2), within=10.0, message="the rotated token is accepted")
+    assert await impersonate(gm, TOKEN_1) == 401
