@@ -32,6 +32,7 @@ from devcluster.faults import Faults
 from devcluster.runtime import ImageEntry, ProcessRuntime, load_image_map, parse_image_map
 from devcluster.store import Store
 from devcluster.supervisor import Crash, Supervisor
+from devcluster.tokenreview import TokenAuthority
 
 log = logging.getLogger("devcluster")
 
@@ -49,6 +50,7 @@ class DevCluster:
     ):
         self.store = store or Store()
         self.supervisor = supervisor or Supervisor()
+        self.tokens = TokenAuthority(self.store)  # pod-bound ServiceAccount tokens, for TokenReview
         self.faults = faults if faults is not None else Faults()  # tests switch faults on at run time
         self.state_file = Path(state_file) if state_file else None
         if self.state_file is not None and self.state_file.exists():
@@ -91,7 +93,8 @@ class DevCluster:
         from devcluster.server import make_app  # the HTTP layer is only needed once serving
 
         self.start_controllers()
-        app = make_app(self.store, faults=self.faults, log_source=self.pod_logs, health=self.supervisor.health)
+        app = make_app(self.store, faults=self.faults, log_source=self.pod_logs,
+                       health=self.supervisor.health, tokens=self.tokens)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)

@@ -19,7 +19,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from devcluster import discovery, tables
+from devcluster import discovery, tables, tokenreview
 from devcluster.errors import (
     ApiError,
     bad_request,
@@ -43,6 +43,7 @@ from devcluster.httputil import (
 )
 from devcluster.registry import ResourceType
 from devcluster.store import Store
+from devcluster.tokenreview import TokenAuthority
 from devcluster.watch import WatchEvent
 
 log = logging.getLogger(__name__)
@@ -76,11 +77,12 @@ class Target:
 
 
 def make_app(store: Store, *, faults: Faults | None = None, log_source: LogSource | None = None,
-             health: Health | None = None) -> web.Application:
+             health: Health | None = None,
+             tokens: TokenAuthority | None = None) -> web.Application:
     """The API server application for `store`; `faults` defaults to a disabled Faults().
     `health` adds checks to `/healthz` and `/readyz` (the dev cluster's supervised tasks)."""
     app = web.Application(client_max_size=MAX_BODY)
-    api = _Api(store, faults or Faults(), log_source, health)
+    api = _Api(store, faults or Faults(), log_source, health, tokens or TokenAuthority(store))
     app[STORE_KEY] = store
     app[FAULTS_KEY] = api.faults
     app.router.add_route("*", "/{tail:.*}", api.handle)
@@ -89,8 +91,10 @@ def make_app(store: Store, *, faults: Faults | None = None, log_source: LogSourc
 
 
 class _Api:
-    def __init__(self, store: Store, faults: Faults, log_source: LogSource | None, health: Health | None) -> None:
+    def __init__(self, store: Store, faults: Faults, log_source: LogSource | None,
+                 health: Health | None, tokens: TokenAuthority) -> None:
         self.store = store
+        self.tokens = tokens
         self.faults = faults
         self.log_source = log_source
         self.health = health
@@ -122,6 +126,8 @@ class _Api:
             return self._health(path, request)
         if path.startswith("/devcluster/"):
             return await self._admin(request, path)
+        if path == tokenreview.PATH:  # create-only and never stored: not a registry resource
+            return await self._token_review(request)
         if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
             return self._openapi(path)
         segs = path.strip("/").split("/")
@@ -219,7 +225,30 @@ class _Api:
             rv = body.get("resourceVersion") if isinstance(body, dict) else None
             self.store.compact(None if rv is None else parse_int("resourceVersion", str(rv)))
             return json_response({"compacted": self.store.compacted, "resourceVersion": str(self.store.rv)})
+        if path == "/devcluster/tokens":
+            return await self._issue_token(request)
         raise path_not_found()
+
+    async def _token_review(self, request: web.Request) -> web.Response:
+        if request.method != "POST":
+            raise method_not_allowed()
+        await self._inject("create", "tokenreviews")
+        return json_response(self.tokens.review(await _json_body(request)), status=201)
+
+    async def _issue_token(self, request: web.Request) -> web.Response:
+        """Play the kubelet's TokenRequest: {namespace, pod, audiences?, expirationSeconds?}."""
+        if request.method != "POST":
+            raise method_not_allowed()
+        body = await _json_body(request)
+        audiences = body.get("audiences") if isinstance(body, dict) else None
+        if (not isinstance(body, dict) or not isinstance(body.get("pod"), str)
+                or not isinstance(audiences or [], list) or not all(isinstance(a, str) for a in audiences or [])):
+            raise bad_request("need {namespace, pod, audiences?: [string], expirationSeconds?}")
+        token = self.tokens.issue(
+            str(body.get("namespace") or "default"), body["pod"],
+            audiences=audiences or tokenreview.DEFAULT_AUDIENCES,
+            expiration_seconds=_int_field("expirationSeconds", body.get("expirationSeconds", 3600)))
+        return json_response({"token": token}, status=201)
 
     # -- resources -----------------------------------------------------------------------------
 

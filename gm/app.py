@@ -19,13 +19,24 @@ import dataclasses
 import logging
 import os
 import socket
+import ssl
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
-from gm.config import GMConfig
+from gm.auth import (
+    AuthConfigError,
+    Authenticator,
+    FileTable,
+    NodeAuth,
+    NodeTokens,
+    SecretTable,
+    SharedToken,
+    TokenReviewAuth,
+)
+from gm.config import ConfigError, GMConfig, split_list
 from gm.controllers.common import Context
 from gm.controllers.federatedlearning import FederatedLearningController
 from gm.controllers.jointinference import JointInferenceController
@@ -44,6 +55,7 @@ from gm.upstream import UpstreamStatus
 from gm.workers import WorkerConfig
 from shared.logs import event
 from shared.metrics import CONTENT_TYPE, Counter, Registry
+from shared.tls import TLSConfigError, server_context
 
 log = logging.getLogger("gm")
 
@@ -87,6 +99,7 @@ class GlobalManager:
 
     async def start(self) -> None:
         cfg = self.config
+        ssl_context = self._server_ssl()  # a bad certificate fails before anything starts
         self.client = await KubeClient.connect(ClientSettings(
             kubeconfig=cfg.kubeConfig, master=cfg.master, qps=cfg.kubeClient.qps,
             burst=cfg.kubeClient.burst, timeout=cfg.kubeClient.timeoutSeconds), metrics=self.kube_metrics)
@@ -100,7 +113,7 @@ class GlobalManager:
         self.informers.start()
         for recorder in self.recorders:
             await recorder.start()
-        await self._serve()
+        await self._serve(ssl_context)
         assert self.edge is not None
         self._spawn(self.edge.run(), "edge-credentials")
         self._spawn(self._lead_and_run(), "controllers")
@@ -128,8 +141,42 @@ class GlobalManager:
         assert self.client is not None and self.informers is not None
         self.edge = EdgeObjects(self.informers, self.client)
         status = StatusWriter(self.client, cache=self.informers.get_cached)
-        self.hub = Hub(self.edge, UpstreamStatus(status), token=self.config.websocket_token() or None)
+        self.hub = Hub(self.edge, UpstreamStatus(status), auth=self._node_auth())
         self.edge.bind(self.hub.notify_changed)
+
+    def _node_auth(self) -> NodeAuth:
+        """The configured authenticators, cheapest first: token tables, shared token, TokenReview."""
+        assert self.client is not None
+        ws = self.config.websocket
+        auths: list[Authenticator] = []
+        try:
+            if ws.nodeTokens.file:
+                auths.append(NodeTokens(FileTable(ws.nodeTokens.file)))
+        except AuthConfigError as exc:
+            raise ConfigError(f"websocket.nodeTokens.file: {exc}") from exc
+        if ws.nodeTokens.secret:
+            namespace, name = ws.nodeTokens.secret.split("/")
+            auths.append(NodeTokens(SecretTable(self.client, namespace, name,
+                                                ttl=ws.nodeTokens.refreshSeconds)))
+        if shared := self.config.websocket_token():
+            auths.append(SharedToken(shared))
+        if ws.tokenReview.enabled:
+            tr = ws.tokenReview
+            auths.append(TokenReviewAuth.with_client(
+                self.client, audiences=split_list(tr.audiences),
+                usernames=split_list(tr.serviceAccounts), cache_seconds=tr.cacheSeconds))
+        event(log, "hub authentication", methods=",".join(type(a).__name__ for a in auths) or "none")
+        return NodeAuth(auths)
+
+    def _server_ssl(self) -> ssl.SSLContext | None:
+        """websocket.tls: the port serves wss (and https for the probes and /metrics)."""
+        tls = self.config.websocket.tls
+        if not tls.enabled:
+            return None
+        try:
+            return server_context(tls.certFile, tls.keyFile, setting="websocket.tls")
+        except TLSConfigError as exc:
+            raise ConfigError(str(exc)) from exc
 
     async def _hub_entry(self, request: web.Request) -> web.StreamResponse:
         """Upstream LCs dial `/`; the upgrade waits until the node's snapshot can be complete."""
@@ -147,14 +194,15 @@ class GlobalManager:
                   pending=self.edge.awaiting_credentials)
         return await self.hub.handle(request)
 
-    async def _serve(self) -> None:
+    async def _serve(self, ssl_context: ssl.SSLContext | None) -> None:
         self.app.router.add_get("/", self._hub_entry)
         self.app.router.add_get("/healthz", self._healthz)
         self.app.router.add_get("/readyz", self._readyz)
         self.app.router.add_get("/metrics", self._metrics)
         self._runner = web.AppRunner(self.app, handle_signals=False, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.websocket.address, self.config.websocket.port)
+        site = web.TCPSite(self._runner, self.config.websocket.address, self.config.websocket.port,
+                           ssl_context=ssl_context)
         await site.start()
         sockets = getattr(site._server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else self.config.websocket.port

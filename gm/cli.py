@@ -39,6 +39,10 @@ async def run(config_path: str, log_level: str | None) -> int:
         logging.getLogger("gm").error("cannot reach the cluster: %s", exc)
         await gm.stop()
         return 1
+    except ConfigError as exc:  # settings only checkable at start: token tables, certificates
+        print(f"sedna-gm: {exc}", file=sys.stderr)
+        await gm.stop()
+        return 2
     waiter = asyncio.create_task(gm.wait())
     stopper = asyncio.create_task(stop.wait())
     await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)

@@ -20,11 +20,43 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class NodeTokensConfig:
+    """Per-node tokens: a YAML mapping `<token>: <node>` in a file and/or a Secret."""
+
+    file: str = ""  # path of the table (e.g. a mounted Secret's tokens.yaml)
+    secret: str = ""  # "namespace/name" of a Secret whose key tokens.yaml holds the table
+    refreshSeconds: float = 10.0  # how stale the Secret's table may get
+
+
+@dataclass(frozen=True, slots=True)
+class TokenReviewConfig:
+    """The LC's projected ServiceAccount token, verified with a TokenReview."""
+
+    enabled: bool = False
+    audiences: str = ""  # comma-separated audiences the token must carry; "" = the API server's
+    serviceAccounts: str = ""  # comma-separated allowed usernames (system:serviceaccount:ns:name)
+    cacheSeconds: float = 10.0  # how long a positive review is reused
+
+
+@dataclass(frozen=True, slots=True)
+class TLSConfig:
+    certFile: str = ""  # PEM certificate chain; with keyFile, the port serves TLS (wss, https)
+    keyFile: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.certFile)
+
+
+@dataclass(frozen=True, slots=True)
 class WebsocketConfig:
     address: str = "0.0.0.0"
     port: int = 9000
-    token: str = ""  # bearer token LCs must present; empty = no authentication
+    token: str = ""  # one bearer token every LC presents (proves no node); empty = none
     tokenFile: str = ""  # read the token from this file (a mounted Secret)
+    nodeTokens: NodeTokensConfig = field(default_factory=NodeTokensConfig)
+    tokenReview: TokenReviewConfig = field(default_factory=TokenReviewConfig)
+    tls: TLSConfig = field(default_factory=TLSConfig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +164,29 @@ def _validate(cfg: GMConfig) -> None:
         raise ConfigError("log.format: must be 'text' or 'json'")
     if cfg.minResyncPeriodSeconds < 1:
         raise ConfigError("minResyncPeriodSeconds: must be at least 1")
+    _validate_websocket(cfg.websocket)
+
+
+def _validate_websocket(ws: WebsocketConfig) -> None:
+    secret = ws.nodeTokens.secret
+    if secret and (secret.count("/") != 1 or not all(secret.split("/"))):
+        raise ConfigError(f"websocket.nodeTokens.secret: must be namespace/name, got {secret!r}")
+    if ws.nodeTokens.refreshSeconds <= 0:
+        raise ConfigError("websocket.nodeTokens.refreshSeconds: must be > 0")
+    if ws.tokenReview.cacheSeconds < 0:
+        raise ConfigError("websocket.tokenReview.cacheSeconds: must be >= 0")
+    tls = ws.tls
+    if bool(tls.certFile) != bool(tls.keyFile):
+        raise ConfigError("websocket.tls: certFile and keyFile go together")
+    for key, path in (("tls.certFile", tls.certFile), ("tls.keyFile", tls.keyFile),
+                      ("nodeTokens.file", ws.nodeTokens.file), ("tokenFile", ws.tokenFile)):
+        if path and not os.path.isfile(path):
+            raise ConfigError(f"websocket.{key}: file {path!r} does not exist")
+
+
+def split_list(value: str) -> tuple[str, ...]:
+    """A comma-separated config value as a tuple, blanks dropped."""
+    return tuple(item.strip() for item in value.split(",") if item.strip())
 
 
 def parse_config(text: str) -> GMConfig:

@@ -22,7 +22,6 @@ Why it looks the way it does (each point fixes an upstream weakness, see the GM 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import re
 from collections import OrderedDict
@@ -33,6 +32,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import WSMsgType, web
 
+from gm.auth import AuthError, NodeAuth
 from proto import (
     CLOSE_DEAD,
     CLOSE_GOING_AWAY,
@@ -58,6 +58,7 @@ from proto import (
     snapshot_begin,
     snapshot_end,
 )
+from shared.logs import event
 from shared.tasks import until_first_done
 
 log = logging.getLogger("sedna.gm.hub")
@@ -204,6 +205,7 @@ class Hub:
         handler: StatusHandler,
         *,
         token: str | None = None,
+        auth: NodeAuth | None = None,
         ping_interval: float = 10.0,
         dead_after: float = 30.0,
         hello_timeout: float | None = None,
@@ -216,7 +218,10 @@ class Hub:
             raise ValueError(f"need 0 < ping_interval ({ping_interval}) < dead_after ({dead_after})")
         self._source = source
         self._handler = handler
-        self._token = token.encode() if token else None
+        if token and auth is not None:
+            raise ValueError("give either a shared token or an authenticator, not both")
+        # Proves each connection's Node-Name before it can replace that node's session.
+        self._auth = auth if auth is not None else NodeAuth.shared(token)
         self._ping_interval = ping_interval
         self._dead_after = dead_after
         self._hello_timeout = hello_timeout if hello_timeout is not None else dead_after
@@ -286,7 +291,7 @@ class Hub:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """aiohttp handler: check the upgrade request, then run the session to its end."""
-        node = self._admit(request)
+        node = await self._admit(request)
         ws = web.WebSocketResponse(
             protocols=(SUBPROTOCOL,),
             autoping=False,
@@ -307,25 +312,32 @@ class Hub:
             done.set()
         return ws
 
-    def _admit(self, request: web.Request) -> str:
-        """The node name of an acceptable upgrade request; an HTTP error response otherwise."""
+    async def _admit(self, request: web.Request) -> str:
+        """The proven node name of an acceptable upgrade request; an HTTP error response otherwise.
+
+        Nothing here touches the sessions: a refused claim never disturbs the real node's.
+        """
         try:
             if self._closing:
                 raise web.HTTPServiceUnavailable(text="GM shutting down\n")
-            self._check_token(request)
             self._check_origin(request)
-            return self._node_name(request)
+            node = self._node_name(request)
+            await self._check_token(request, node)
+            return node
         except web.HTTPException:
             self.stats.handshakes_rejected += 1
             raise
 
-    def _check_token(self, request: web.Request) -> None:
-        if self._token is None:
-            return
-        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self._token):
-            log.warning("hub auth failed remote=%s", request.remote)
-            raise web.HTTPUnauthorized(text="missing or wrong bearer token\n", headers={"WWW-Authenticate": "Bearer"})
+    async def _check_token(self, request: web.Request, node: str) -> None:
+        """Map the authenticators' verdict to HTTP: 401 unknown, 403 another node's, 503 unsure."""
+        try:
+            identity = await self._auth.admit(node, request.headers.get("Authorization", ""))
+        except AuthError as exc:
+            event(log, "hub auth refused", level=logging.WARNING, node=node, remote=request.remote,
+                  status=exc.status, reason=str(exc))
+            raise _auth_response(exc) from None
+        event(log, "hub auth admitted", level=logging.DEBUG, node=node, user=identity.user,
+              method=identity.method)
 
     @staticmethod
     def _check_origin(request: web.Request) -> None:
@@ -585,6 +597,15 @@ class Hub:
 
     async def _on_shutdown(self, app: web.Application) -> None:
         await self.close()
+
+
+def _auth_response(exc: AuthError) -> web.HTTPException:
+    text = f"{exc}\n"
+    if exc.status == 403:
+        return web.HTTPForbidden(text=text)
+    if exc.status == 503:
+        return web.HTTPServiceUnavailable(text=text, headers={"Retry-After": "5"})
+    return web.HTTPUnauthorized(text=text, headers={"WWW-Authenticate": "Bearer"})
 
 
 def _first_end(node: str, group: BaseExceptionGroup) -> _SessionEnd:

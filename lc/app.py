@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
@@ -25,6 +26,7 @@ from aiohttp import web
 from lc.api import build_app
 from lc.config import LCConfig
 from lc.dispatch import Dispatcher
+from lc.errors import ConfigError
 from lc.managers.dataset import DatasetManager
 from lc.managers.federatedlearning import FederatedLearningManager
 from lc.managers.forward import ReportForwarder
@@ -33,6 +35,7 @@ from lc.managers.model import ModelManager
 from lc.metrics import LCMetrics
 from lc.store import Store
 from shared.logs import event
+from shared.tls import TLSConfigError, server_context
 
 log = logging.getLogger(__name__)
 
@@ -128,11 +131,22 @@ class LocalController:
                         link_state=self.link_state)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.bind_address, self.config.bind_port)
+        site = web.TCPSite(self._runner, self.config.bind_address, self.config.bind_port,
+                           ssl_context=self._server_ssl())
         await site.start()
         self.port = self._runner.addresses[0][1]
         event(log, "serving", address=self.config.bind_address, port=self.port,
-              node=self.config.node_name)
+              node=self.config.node_name, tls=self.config.tls_cert_file is not None)
+
+    def _server_ssl(self) -> ssl.SSLContext | None:
+        """LC_TLS_CERT_FILE/LC_TLS_KEY_FILE: the worker API serves https."""
+        cfg = self.config
+        if not cfg.tls_cert_file or not cfg.tls_key_file:
+            return None
+        try:
+            return server_context(cfg.tls_cert_file, cfg.tls_key_file, setting="LC_TLS_CERT_FILE")
+        except TLSConfigError as exc:
+            raise ConfigError(str(exc)) from exc
 
     async def stop(self) -> None:
         """Ordered shutdown; safe to call more than once and after a failed start."""

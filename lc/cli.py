@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         runner = asyncio.run
     try:
         runner(serve(config))
+    except ConfigError as exc:  # checked at start: certificates that do not load
+        print(f"sedna-lc: configuration error: {exc}", file=sys.stderr)
+        return 2
     except (StoreError, OSError) as exc:  # unusable DB, port in use, address not available
         logs.event(log, "cannot start", level=logging.ERROR, error=str(exc))
         return 2

@@ -37,6 +37,10 @@ class LCConfig:
     dataset_period: float
     log_level: str
     log_format: str
+    gm_token_file: str | None = None  # re-read at every dial: a projected token rotates
+    gm_ca_file: str | None = None  # CA bundle the GM's certificate must chain to (wss only)
+    tls_cert_file: str | None = None  # with tls_key_file, the worker API serves https
+    tls_key_file: str | None = None
 
     @property
     def gm_url(self) -> str | None:
@@ -53,6 +57,7 @@ def load(env: Mapping[str, str] | None = None) -> LCConfig:
     node_name = env.get("NODENAME") or env.get("HOSTNAME") or ""
     _check_node_name(node_name, needed=gm_address is not None)
     rootfs = _rootfs(env)
+    tls = _tls_files(env, scheme)
     return LCConfig(
         gm_address=gm_address,
         gm_scheme=scheme,
@@ -66,7 +71,29 @@ def load(env: Mapping[str, str] | None = None) -> LCConfig:
         dataset_period=_positive_float(env, "LC_DATASET_PERIOD", 60.0),
         log_level=_choice(env, "LOG_LEVEL", "info", LOG_LEVELS),
         log_format=_choice(env, "LOG_FORMAT", "text", LOG_FORMATS),
+        gm_token_file=tls["GM_TOKEN_FILE"],
+        gm_ca_file=tls["GM_CA_FILE"],
+        tls_cert_file=tls["LC_TLS_CERT_FILE"],
+        tls_key_file=tls["LC_TLS_KEY_FILE"],
     )
+
+
+def _tls_files(env: Mapping[str, str], scheme: str) -> dict[str, str | None]:
+    """The credential and certificate paths, checked for consistency (and existence, except
+    the token file, which the link reads at each dial)."""
+    files = {key: env.get(key) or None for key in
+             ("GM_TOKEN_FILE", "GM_CA_FILE", "LC_TLS_CERT_FILE", "LC_TLS_KEY_FILE")}
+    if files["GM_TOKEN_FILE"] and env.get("GM_TOKEN"):
+        raise ConfigError("set GM_TOKEN or GM_TOKEN_FILE, not both")
+    if files["GM_CA_FILE"] and scheme != "wss":
+        raise ConfigError("GM_CA_FILE is set but GM_ADDRESS is not wss://")
+    if bool(files["LC_TLS_CERT_FILE"]) != bool(files["LC_TLS_KEY_FILE"]):
+        raise ConfigError("LC_TLS_CERT_FILE and LC_TLS_KEY_FILE go together")
+    for key in ("GM_CA_FILE", "LC_TLS_CERT_FILE", "LC_TLS_KEY_FILE"):
+        path = files[key]
+        if path and not os.path.isfile(path):
+            raise ConfigError(f"{key}: file {path!r} does not exist")
+    return files
 
 
 def _gm_address(raw: str) -> tuple[str, str | None]:

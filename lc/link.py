@@ -25,12 +25,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import ssl
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import aiohttp
 
+from lc.errors import ConfigError
 from lc.link_apply import DownstreamApplier, ObjectSink
 from lc.link_backoff import Backoff
 from lc.link_session import Session, SessionEnded, SessionParams
@@ -39,6 +41,7 @@ from lc.store import Store
 from proto import MAX_FRAME_BYTES, SUBPROTOCOL, ObjKey
 from shared.logs import event
 from shared.metrics import Registry
+from shared.tls import TLSConfigError, client_context
 
 if TYPE_CHECKING:
     from lc.app import LocalController
@@ -59,6 +62,8 @@ class LinkSettings:
     url: str
     node: str
     token: str | None = None
+    token_file: str | None = None  # read at every dial (a projected ServiceAccount token rotates)
+    ca_file: str | None = None  # wss: the GM's certificate must chain to this CA (None: system CAs)
     offer_native: bool = True  # False: speak upstream's envelope even to a native GM
     ping_interval: float = 10.0
     silence_timeout: float = 30.0  # no frame (pongs and GM pings included) for this long: dead
@@ -90,6 +95,8 @@ class LinkSettings:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.window < 1 or self.upstream_batch < 1:
             raise ValueError("window and upstream_batch must be >= 1")
+        if self.ca_file and not self.url.startswith("wss://"):
+            raise ValueError("a CA file needs a wss:// GM url")
 
     def session_params(self) -> SessionParams:
         return SessionParams(
@@ -114,6 +121,7 @@ class GMLink:
         self._task: asyncio.Task[None] | None = None
         self._connected = asyncio.Event()
         self._established_at: float | None = None  # loop time the current session came up
+        self._ssl = _client_ssl(settings)
 
     # ---- state -----------------------------------------------------------------------
 
@@ -198,20 +206,35 @@ class GMLink:
     async def _dial(self, http: aiohttp.ClientSession) -> aiohttp.ClientWebSocketResponse:
         s = self.settings
         headers = {"Node-Name": s.node}
-        if s.token:
-            headers["Authorization"] = f"Bearer {s.token}"
+        token = self._token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         try:
             async with asyncio.timeout(s.connect_timeout):
                 return await http.ws_connect(
                     s.url, protocols=(SUBPROTOCOL,) if s.offer_native else (), headers=headers,
-                    autoping=True, max_msg_size=s.max_frame_bytes,
+                    autoping=True, max_msg_size=s.max_frame_bytes, ssl=self._ssl,
                     timeout=aiohttp.ClientWSTimeout(ws_close=s.close_timeout))
         except aiohttp.WSServerHandshakeError as exc:
             raise LinkError(f"GM refused the websocket upgrade: {exc.status} {exc.message}") from exc
+        except aiohttp.ClientConnectorCertificateError as exc:
+            raise LinkError(f"GM certificate not trusted ({s.ca_file or 'system CAs'}): "
+                            f"{exc.certificate_error}") from exc
         except TimeoutError as exc:
             raise LinkError(f"no websocket from the GM within {s.connect_timeout:g}s") from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise LinkError(f"cannot reach the GM at {s.url}: {exc}") from exc
+
+    def _token(self) -> str | None:
+        """The bearer token for this dial; a token file is read afresh every time."""
+        path = self.settings.token_file
+        if not path:
+            return self.settings.token
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read().strip() or None
+        except OSError as exc:
+            raise LinkError(f"cannot read the GM token file {path!r}: {exc.strerror}") from exc
 
     def _established(self, session: Session) -> None:
         self.session = session
@@ -258,6 +281,13 @@ class GMLink:
         return [(kind, ns, name) for kind, ns, name, _ in await self._store.list_resources()]
 
 
+def _client_ssl(settings: LinkSettings) -> ssl.SSLContext | bool:
+    """wss: verify the GM against the CA file (or the system CAs); ws: no TLS."""
+    if not settings.url.startswith("wss://"):
+        return True  # aiohttp's default; unused for ws://
+    return client_context(settings.ca_file, setting="GM_CA_FILE")
+
+
 def link_factory(lc: LocalController) -> GMLink:
     """The LC's seam: build the link from the LC's config, store and metrics registry."""
     cfg = lc.config
@@ -265,8 +295,12 @@ def link_factory(lc: LocalController) -> GMLink:
         raise ValueError("GM_ADDRESS is not set: there is no GM to link to")
     if lc.store is None:
         raise RuntimeError("the LocalController must open its store before the link is built")
-    settings = LinkSettings(url=cfg.gm_url, node=cfg.node_name, token=cfg.gm_token)
-    return GMLink(settings, store=lc.store, sink=lc, registry=lc.metrics.registry)
+    settings = LinkSettings(url=cfg.gm_url, node=cfg.node_name, token=cfg.gm_token,
+                            token_file=cfg.gm_token_file, ca_file=cfg.gm_ca_file)
+    try:
+        return GMLink(settings, store=lc.store, sink=lc, registry=lc.metrics.registry)
+    except TLSConfigError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 __all__ = ["GMLink", "LinkError", "LinkSettings", "link_factory"]

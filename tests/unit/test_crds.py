@@ -497,7 +497,7 @@ def _pipeline(text: str, scope: dict) -> str:
 
 def render(template: str, values: dict, chart: dict) -> str:
     """Render the Helm template subset the chart uses: `{{ .Values.x }}`, `.Release.*`,
-    `.Chart.*`, `| quote`, `{{- if .Values.x }} ... {{- end }}` and `-` trimming."""
+    `.Chart.*`, `| quote`, `{{- if .Values.x }} ... [{{- else }} ...] {{- end }}` and `-` trimming."""
     scope = {"Values": values, "Release": RELEASE, "Chart": {k[0].upper() + k[1:]: v for k, v in chart.items()}}
     out, pos, stack = [], 0, []
     for m in _ACTION.finditer(template):
@@ -513,6 +513,8 @@ def render(template: str, values: dict, chart: dict) -> str:
                 pos += 1
         if body.startswith("if "):
             stack.append(bool(_lookup(body[3:].strip(), scope)) and all(stack))
+        elif body == "else":
+            stack[-1] = all(stack[:-1]) and not stack[-1]
         elif body == "end":
             stack.pop()
         elif all(stack):

@@ -14,7 +14,10 @@ import pytest
 from aiohttp import WSMsgType, web
 
 import proto
+from gm.auth import NodeAuth, NodeTokens, NodeTokenTable, TokenReviewAuth
 from gm.hub import Hub, ReportDeferred, ReportInvalid
+from gm.kube.errors import Unavailable
+from gm.kube.tokenreview import NODE_NAME_EXTRA, TokenReviewResult
 from proto import SUBPROTOCOL, Message, Op, decode_native, encode_native
 from tests.hubfakes import MemSource
 
@@ -528,3 +531,138 @@ async def test_forget_node_closes_its_session(make_hub: HubFactory, http: aiohtt
 def test_ping_interval_must_be_below_dead_after(source: MemSource, handler: MemHandler, ping: float, dead: float) -> None:
     with pytest.raises(ValueError, match="need 0 < ping_interval"):
         Hub(source, handler, ping_interval=ping, dead_after=dead)
+
+
+# ---- node identity ---------------------------------------------------------------------------
+
+NODE_TOKEN = "edge-1-token-0123456789abcdef"
+OTHER_TOKEN = "edge-2-token-0123456789abcdef"
+
+
+def node_tokens() -> NodeAuth:
+    return NodeAuth([NodeTokens(StaticTable({NODE_TOKEN: NODE, OTHER_TOKEN: OTHER}))])
+
+
+class StaticTable:
+    def __init__(self, tokens: dict[str, str]) -> None:
+        self.table = NodeTokenTable(tokens)
+
+    async def current(self) -> NodeTokenTable:
+        return self.table
+
+
+class FakeReviewer:
+    """Answers TokenReviews from a dict token -> node; counts calls; can fail like a down API."""
+
+    def __init__(self, nodes: dict[str, str]) -> None:
+        self.nodes = nodes
+        self.calls = 0
+        self.down = False
+
+    async def __call__(self, token: str) -> TokenReviewResult:
+        self.calls += 1
+        if self.down:
+            raise Unavailable(503, "ServiceUnavailable", "apiserver down")
+        node = self.nodes.get(token)
+        if node is None:
+            return TokenReviewResult(False, error="invalid bearer token")
+        return TokenReviewResult(True, username="system:serviceaccount:sedna:sedna-lc",
+                                 extra={NODE_NAME_EXTRA: (node,)}, audiences=("sedna-gm",))
+
+
+async def real_node_session(hub: Hub, http: aiohttp.ClientSession, url: str,
+                            token: str) -> aiohttp.ClientWebSocketResponse:
+    ws = await connect(http, url, headers={"Authorization": f"Bearer {token}"})
+    assert len(await read_snapshot(ws)) == 6
+    return ws
+
+
+async def assert_untouched(hub: Hub, ws: aiohttp.ClientWebSocketResponse, *, refused: int) -> None:
+    """The real node's session survived the refused attempts and still gets deltas."""
+    assert hub.stats.handshakes_rejected == refused
+    assert hub.stats.sessions_replaced == 0 and hub.stats.sessions_opened == 1
+    assert hub.connected_nodes() == [NODE] and not ws.closed
+    hub.notify_changed("Dataset", "default", "d1", dataset("d1", version=2), [NODE])
+    assert (await recv(ws)).body["spec"]["version"] == 2
+
+
+async def refused(http: aiohttp.ClientSession, url: str, authorization: str | None) -> int:
+    headers = {"Node-Name": NODE} | ({"Authorization": authorization} if authorization else {})
+    with pytest.raises(aiohttp.WSServerHandshakeError) as info:
+        await http.ws_connect(url, headers=headers, protocols=(SUBPROTOCOL,))
+    return info.value.status
+
+
+@pytest.mark.parametrize(
+    ("authorization", "status"),
+    [
+        pytest.param(f"Bearer {OTHER_TOKEN}", 403, id="other-nodes-token"),
+        pytest.param("Bearer not-a-known-token-at-all", 401, id="unknown-token"),
+        pytest.param(None, 401, id="no-token"),
+        pytest.param(f"Basic {NODE_TOKEN}", 401, id="not-bearer"),
+    ],
+)
+async def test_node_token_impersonation_is_refused(make_hub: HubFactory, http: aiohttp.ClientSession,
+                                                   authorization: str | None, status: int) -> None:
+    hub, url = await make_hub(auth=node_tokens())
+    ws = await real_node_session(hub, http, url, NODE_TOKEN)
+    assert await refused(http, url, authorization) == status
+    await assert_untouched(hub, ws, refused=1)
+
+
+async def test_node_token_admits_its_own_node_only(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
+    hub, url = await make_hub(auth=node_tokens())
+    other = await connect(http, url, OTHER, headers={"Authorization": f"Bearer {OTHER_TOKEN}"})
+    assert [m.name for m in await read_snapshot(other)] == ["o1"]
+    assert hub.connected_nodes() == [OTHER]
+
+
+@pytest.mark.parametrize(
+    ("token", "status"),
+    [pytest.param("pod-token-on-edge-2", 403, id="pod-on-other-node"),
+     pytest.param("expired-or-unknown", 401, id="not-authenticated")],
+)
+async def test_token_review_impersonation_is_refused(make_hub: HubFactory, http: aiohttp.ClientSession,
+                                                     token: str, status: int) -> None:
+    reviewer = FakeReviewer({"pod-token-on-edge-1": NODE, "pod-token-on-edge-2": OTHER})
+    hub, url = await make_hub(auth=NodeAuth([TokenReviewAuth(reviewer, audiences=("sedna-gm",))]))
+    ws = await real_node_session(hub, http, url, "pod-token-on-edge-1")
+    assert await refused(http, url, f"Bearer {token}") == status
+    await assert_untouched(hub, ws, refused=1)
+
+
+async def test_token_review_positive_answers_are_cached(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
+    reviewer = FakeReviewer({"pod-token-on-edge-1": NODE, "pod-token-on-edge-2": OTHER})
+    hub, url = await make_hub(auth=NodeAuth([TokenReviewAuth(reviewer, cache_seconds=60)]))
+    first = await real_node_session(hub, http, url, "pod-token-on-edge-1")
+    second = await connect(http, url, headers={"Authorization": "Bearer pod-token-on-edge-1"})
+    assert await recv_close(first) == (proto.CLOSE_REPLACED, "replaced by a newer connection for this node")
+    assert reviewer.calls == 1
+    reviewer.down = True  # a cached identity keeps proving its node, never another one
+    assert await refused(http, url, "Bearer pod-token-on-edge-2") == 503
+    await second.close()
+
+
+async def test_token_review_unavailable_is_503_and_keeps_the_session(make_hub: HubFactory,
+                                                                     http: aiohttp.ClientSession) -> None:
+    reviewer = FakeReviewer({"pod-token-on-edge-1": NODE})
+    hub, url = await make_hub(auth=NodeAuth([TokenReviewAuth(reviewer, cache_seconds=0)]))
+    ws = await real_node_session(hub, http, url, "pod-token-on-edge-1")
+    reviewer.down = True
+    with pytest.raises(aiohttp.WSServerHandshakeError) as info:
+        await http.ws_connect(url, headers={"Node-Name": NODE, "Authorization": "Bearer pod-token-on-edge-1"})
+    assert (info.value.status, info.value.headers["Retry-After"]) == (503, "5")
+    await assert_untouched(hub, ws, refused=1)
+
+
+async def test_shared_token_proves_membership_not_the_node(make_hub: HubFactory,
+                                                           http: aiohttp.ClientSession) -> None:
+    """The upstream-compatible mode, kept as documented: any token holder may claim any node."""
+    hub, url = await make_hub(token="s3cret")
+    ws = await connect(http, url, OTHER, headers={"Authorization": "Bearer s3cret"})
+    assert [m.name for m in await read_snapshot(ws)] == ["o1"]
+
+
+def test_token_and_authenticator_are_exclusive(source: MemSource, handler: MemHandler) -> None:
+    with pytest.raises(ValueError, match="not both"):
+        Hub(source, handler, token="s3cret", auth=node_tokens())

@@ -1,0 +1,112 @@
+"""The chart's node identity and TLS settings: each mode renders what the GM and the LC read,
+and the two sides agree (audience, token and certificate paths, RBAC for TokenReview)."""
+
+from __future__ import annotations
+
+import copy
+
+import yaml
+
+from gm.config import parse_config
+from lc.config import load as load_lc_config
+from tests.unit.test_crds import CHART, _allowed, _one, render_chart
+
+VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
+
+
+def rendered(**flags: dict[str, dict]) -> dict[str, list[dict]]:
+    """Render with e.g. auth={"tokenReview": {"enabled": True}} merged over values.yaml."""
+    overrides = {}
+    for top, blocks in flags.items():
+        merged = copy.deepcopy(VALUES[top])
+        for block, settings in blocks.items():
+            merged[block].update(settings)
+        overrides[top] = merged
+    return render_chart(**overrides)
+
+
+def lc_parts(docs: dict) -> tuple[dict, dict, dict[str, str], dict[str, dict], dict[str, str]]:
+    """(pod spec, container, env values, volumes by name, mount paths by volume name)."""
+    pod = _one(docs, "DaemonSet")["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    return pod, container, env, volumes, mounts
+
+
+def gm_yaml(docs: dict) -> str:
+    return _one(docs, "ConfigMap")["data"]["sedna-gm.yaml"]
+
+
+def test_default_is_upstream_compatible_and_mounts_no_api_token() -> None:
+    docs = render_chart()
+    cfg = parse_config(gm_yaml(docs)).websocket
+    assert (cfg.token, cfg.tokenFile, cfg.nodeTokens.secret, cfg.tokenReview.enabled, cfg.tls.enabled) == (
+        "", "", "", False, False)
+    pod, _, env, volumes, _ = lc_parts(docs)
+    assert pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod
+    assert "GM_TOKEN_FILE" not in env and set(volumes) == {"rootfs"}
+    assert [d["metadata"]["name"] for d in docs["serviceaccount.yaml"]] == ["sedna"]
+    assert _allowed(_one(docs, "ClusterRole"), "authentication.k8s.io", "tokenreviews") == {"create"}
+
+
+def test_token_review_mode_projects_a_gm_audience_token() -> None:
+    docs = rendered(auth={"tokenReview": {"enabled": True}})
+    review = parse_config(gm_yaml(docs)).websocket.tokenReview
+    assert (review.enabled, review.audiences, review.serviceAccounts) == (
+        True, "sedna-gm", "system:serviceaccount:sedna:sedna-lc")
+    pod, _, env, volumes, mounts = lc_parts(docs)
+    assert pod["serviceAccountName"] == "sedna-lc"
+    [source] = volumes["gm-token"]["projected"]["sources"]
+    assert source == {"serviceAccountToken": {"audience": "sedna-gm", "expirationSeconds": 3600, "path": "token"}}
+    assert env["GM_TOKEN_FILE"] == f"{mounts['gm-token']}/token"
+    accounts = {d["metadata"]["name"]: d for d in docs["serviceaccount.yaml"]}
+    assert set(accounts) == {"sedna", "sedna-lc"}
+    assert accounts["sedna-lc"]["automountServiceAccountToken"] is False
+    lc = load_lc_config({k: v for k, v in env.items() if v is not None} | {"NODENAME": "edge-node-1"})
+    assert lc.gm_token_file == "/var/run/secrets/sedna/token"
+
+
+def test_node_tokens_mode_reads_the_secret_and_each_nodes_own_file() -> None:
+    docs = rendered(auth={"nodeTokens": {"enabled": True}})
+    assert parse_config(gm_yaml(docs)).websocket.nodeTokens.secret == "sedna/sedna-node-tokens"
+    _, _, env, _, mounts = lc_parts(docs)
+    assert env["GM_TOKEN_FILE"] == "/rootfs/etc/sedna/node-token"
+    assert mounts["rootfs"] == "/rootfs"
+
+
+def test_shared_token_mode_mounts_the_secret_on_both_sides() -> None:
+    docs = rendered(auth={"sharedToken": {"enabled": True}})
+    assert yaml.safe_load(gm_yaml(docs))["websocket"]["tokenFile"] == "/etc/sedna/gm-token/token"
+    deploy = _one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert {"name": "gm-token", "secret": {"secretName": "sedna-gm-token"}} in deploy["volumes"]
+    _, _, env, volumes, mounts = lc_parts(docs)
+    assert volumes["gm-shared-token"] == {"name": "gm-shared-token", "secret": {"secretName": "sedna-gm-token"}}
+    assert env["GM_TOKEN_FILE"] == f"{mounts['gm-shared-token']}/token"
+
+
+def test_gm_tls_serves_wss_and_lcs_verify_against_the_ca() -> None:
+    docs = rendered(tls={"gm": {"enabled": True}})
+    tls = yaml.safe_load(gm_yaml(docs))["websocket"]["tls"]  # files exist only in the pod
+    deploy = _one(docs, "Deployment")["spec"]["template"]["spec"]
+    [container] = deploy["containers"]
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == "tls"]
+    assert tls == {"certFile": f"{mount['mountPath']}/tls.crt", "keyFile": f"{mount['mountPath']}/tls.key"}
+    assert {"name": "tls", "secret": {"secretName": "sedna-gm-tls"}} in deploy["volumes"]
+    assert container["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    _, _, env, volumes, mounts = lc_parts(docs)
+    assert env["GM_ADDRESS"] == "wss://gm.sedna:9000"
+    assert volumes["gm-ca"]["configMap"] == {"name": "sedna-gm-ca"}
+    assert env["GM_CA_FILE"] == f"{mounts['gm-ca']}/ca.crt"
+
+
+def test_lc_tls_serves_the_worker_api_over_https() -> None:
+    docs = rendered(tls={"lc": {"enabled": True}})
+    _, container, env, volumes, mounts = lc_parts(docs)
+    assert (env["LC_TLS_CERT_FILE"], env["LC_TLS_KEY_FILE"]) == (
+        f"{mounts['tls']}/tls.crt", f"{mounts['tls']}/tls.key")
+    assert volumes["tls"]["secret"] == {"secretName": "sedna-lc-tls"}
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert env["GM_ADDRESS"] == "gm.sedna:9000"
