@@ -8,10 +8,12 @@ reconciles again), NotFound on delete means someone else was faster. A 400/422 o
 child's create or update is the spec's fault (`ChildRejected`, reported as a condition);
 anything else is a temporary error and the key is retried with backoff.
 
-A plan is carried out in batches of `BATCH` writes. Between batches the owner is read
-back from the API (it must still exist with the same uid and not be terminating), so a
-job deleted while its thousands of pods are being created stops growing within one
-batch, and the caller's progress callback writes status, so a large job shows its pods
+A plan is carried out in batches of `BATCH` writes. Before each write the owner is looked
+up in the informer cache (free), and between batches it is read back from the API (the
+cache may lag): it must still exist with the same uid and not be terminating. So a job
+deleted while its thousands of pods are being created stops growing as soon as the
+delete is seen, within one batch at worst, and the caller's progress callback writes
+status, so a large job shows its pods
 as they come instead of after the whole loop. The owner gone, at a checkpoint or at the
 final status write, ends the reconcile quietly (`OwnerGone`).
 """
@@ -160,6 +162,8 @@ async def execute(ctx: Context, gvr: GVR, plan: ChildPlan, *, owner: Mapping[str
             await ensure_owner(ctx, owner_gvr, owner)
             if progress is not None:
                 await progress()
+        elif i:
+            await _check_cached_owner(ctx, owner_gvr, owner)
         writes += await op()
     for name in plan.conflicts:
         ctx.events.warning(owner, "NameConflict",
@@ -179,6 +183,19 @@ async def ensure_owner(ctx: Context, gvr: GVR, owner: Mapping[str, Any]) -> None
         raise TemporaryError(f"re-reading {gvr.plural} {own_key(owner)}: {exc}") from exc
     live_meta = live.get("metadata") or {}
     if live_meta.get("uid") != meta.get("uid") or live_meta.get("deletionTimestamp"):
+        raise OwnerGone(f"{gvr.plural} {own_key(owner)} is being deleted or was replaced")
+
+
+async def _check_cached_owner(ctx: Context, gvr: GVR, owner: Mapping[str, Any]) -> None:
+    """The per-write check, free while the cache holds the owner: stop as soon as the
+    cache has seen the delete (or a replacement); ask the API when the cache has nothing."""
+    meta = owner.get("metadata") or {}
+    cached = ctx.informers.get_cached(gvr, meta.get("namespace"), meta["name"])
+    if cached is None:
+        await ensure_owner(ctx, gvr, owner)
+        return
+    cached_meta = cached.get("metadata") or {}
+    if cached_meta.get("uid") != meta.get("uid") or cached_meta.get("deletionTimestamp"):
         raise OwnerGone(f"{gvr.plural} {own_key(owner)} is being deleted or was replaced")
 
 
