@@ -239,7 +239,8 @@ async def _create(ctx: Context, gvr: GVR, obj: dict, *, owner: Mapping[str, Any]
         raise ChildRejected(kind=_singular(gvr), namespace=namespace, name=name, verb="create", error=exc) from None
     except ApiError as exc:
         raise TemporaryError(f"creating {gvr.plural} {namespace}/{name}: {exc}") from exc
-    event(log, "created", key=own_key(owner), child=f"{namespace}/{name}", resource=gvr.plural)
+    event(log, "created", key=own_key(owner), child=f"{namespace}/{name}", resource=gvr.plural,
+          **_node_field(obj))
     ctx.events.normal(dict(owner), "SuccessfulCreate", f"Created {_singular(gvr)} {name}")
     return 1
 
@@ -271,6 +272,13 @@ async def _delete(ctx: Context, gvr: GVR, obj: dict, *, owner: Mapping[str, Any]
         raise TemporaryError(f"deleting {gvr.plural} {namespace}/{meta['name']}: {exc}") from exc
     event(log, "deleted", key=own_key(owner), child=f"{namespace}/{meta['name']}", resource=gvr.plural)
     return 1
+
+
+def _node_field(obj: Mapping[str, Any]) -> dict[str, str]:
+    """`node=` for a log line about a child bound to a node (a pod, or a template's pods)."""
+    spec = obj.get("spec") or {}
+    node = spec.get("nodeName") or ((spec.get("template") or {}).get("spec") or {}).get("nodeName")
+    return {"node": node} if isinstance(node, str) and node else {}
 
 
 def _singular(gvr: GVR) -> str:

@@ -315,3 +315,19 @@ async def test_pod_stuck_terminating_on_a_gone_node_is_a_waiting_condition(gm, a
     # the old pod is still there and no replacement runs beside it
     assert pods_of(dc, uid)[TRAINERS[1]]["metadata"]["uid"] == pod["metadata"]["uid"]
     assert fl_status(dc)["observedGeneration"] == 1
+
+
+async def test_memory_lots_is_an_invalid_template_not_a_retry_loop(gm, api, sedna_cluster):
+    dc = sedna_cluster
+    job = await create_inputs(api)
+    job["spec"]["trainingWorkers"][0]["template"]["spec"]["containers"][0]["resources"] = {
+        "limits": {"memory": "lots"}}
+    await api.create(FL, job, namespace=NS)
+    cond = await wait_for(lambda: (c := condition(dc, "Failed")) and c["status"] == "True" and c,
+                          within=10, message="Failed condition")
+    assert cond["reason"] == "InvalidTemplate"
+    assert "resources.limits.memory: 'lots' is not a quantity" in cond["message"]
+    metrics = gm.reconcile_metrics.total
+    await wait_for(lambda: metrics.value("federatedlearningjob", "permanent") >= 1, within=5)
+    assert metrics.value("federatedlearningjob", "error") == 0
+    assert pods_of(dc, dc.store.get(rt(dc, FL), NS, JOB)["metadata"]["uid"]) == {}
