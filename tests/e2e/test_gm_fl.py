@@ -331,3 +331,26 @@ async def test_memory_lots_is_an_invalid_template_not_a_retry_loop(gm, api, sedn
     await wait_for(lambda: metrics.value("federatedlearningjob", "permanent") >= 1, within=5)
     assert metrics.value("federatedlearningjob", "error") == 0
     assert pods_of(dc, dc.store.get(rt(dc, FL), NS, JOB)["metadata"]["uid"]) == {}
+
+
+async def test_job_replaced_mid_creation_gets_only_its_own_pods_and_status(gm, api, sedna_cluster):
+    dc = sedna_cluster
+    job = await create_inputs(api)
+    small = copy.deepcopy(job)
+    job["spec"]["trainingWorkers"] = [copy.deepcopy(job["spec"]["trainingWorkers"][0]) for _ in range(200)]
+    dc.faults.configure({"latency": 0.01})
+    try:
+        old = await api.create(FL, job, namespace=NS)
+        await wait_for(lambda: fl_status(dc).get("active"), within=30, message="progress status")
+        await api.delete(FL, JOB, namespace=NS)
+        new = await api.create(FL, small, namespace=NS)
+    finally:
+        dc.faults.reset()
+    uid = new["metadata"]["uid"]
+    await wait_for(lambda: not pods_of(dc, old["metadata"]["uid"]), within=60, message="old pods collected")
+    pods = await wait_for(lambda: (p := pods_of(dc, uid)) and len(p) == 3 and p, within=30,
+                          message="the new job's three pods")
+    assert sorted(pods) == sorted([AGG, *TRAINERS])
+    status = await wait_for(lambda: (s := fl_status(dc)).get("active") == 3 and s.get("observedGeneration") == 1
+                            and s, within=10, message="the new job's status")
+    assert status["phase"] == "Running"
