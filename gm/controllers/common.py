@@ -149,7 +149,8 @@ async def fetch_secrets(ctx: Context, namespace: str, names: Iterable[str]) -> d
 async def execute(ctx: Context, gvr: GVR, plan: ChildPlan, *, owner: Mapping[str, Any],
                   owner_gvr: GVR, namespace: str, progress: Progress | None = None) -> int:
     """Carry out a child plan in batches (see the module docstring); returns how many
-    writes were sent. Raises `OwnerGone` when the owner goes away between batches."""
+    writes were sent. Raises `OwnerGone` as soon as the owner is seen gone, `ChildRejected`
+    when the API server refuses a child."""
     ops: list[Callable[[], Awaitable[int]]] = [
         *(partial(_delete, ctx, gvr, obj, owner=owner, namespace=namespace) for obj in plan.delete),
         *(partial(_update, ctx, gvr, have, want, owner=owner, namespace=namespace)
