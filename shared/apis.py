@@ -109,7 +109,7 @@ FEDERATED_LEARNING = SednaKind(
     node_paths=(("spec", "trainingWorkers", "*", *_TEMPLATE_NODE),),
     model_paths=(("spec", "aggregationWorker", "model", "name"), ("spec", "pretrainedModel", "name")),
     dataset_paths=(("spec", "trainingWorkers", "*", "dataset", "name"),),
-    condition_types=("Complete", "Failed", "Training"), synced_to_edge=True,
+    condition_types=("Complete", "Failed", "Training", "Waiting"), synced_to_edge=True,
 )
 INCREMENTAL_LEARNING = SednaKind(
     kind="IncrementalLearningJob", plural="incrementallearningjobs", short_names=("il",),

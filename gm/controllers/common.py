@@ -4,22 +4,34 @@ child plan against the API.
 
 Reconcilers read from the informer caches and write through `KubeClient`; the API's own
 answers decide races: AlreadyExists on create means the cache is behind (the next event
-reconciles again), NotFound on delete means someone else was faster. Anything else is a
-temporary error and the key is retried with backoff.
+reconciles again), NotFound on delete means someone else was faster. A 400/422 on a
+child's create or update is the spec's fault (`ChildRejected`, reported as a condition);
+anything else is a temporary error and the key is retried with backoff.
+
+A plan is carried out in batches of `BATCH` writes. Before each write the owner is looked
+up in the informer cache (free), and between batches it is read back from the API (the
+cache may lag): it must still exist with the same uid and not be terminating. So a job
+deleted while its thousands of pods are being created stops growing as soon as the
+delete is seen, within one batch at worst, and the caller's progress callback writes
+status, so a large job shows its pods
+as they come instead of after the whole loop. The owner gone, at a checkpoint or at the
+final status write, ends the reconcile quietly (`OwnerGone`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, NoReturn
 
 from gm.config import GMConfig
 from gm.controllers.children import ChildPlan, merge_for_update
-from gm.controllers.runner import TemporaryError
+from gm.controllers.problems import ChildRejected, Problem, problem_of
+from gm.controllers.runner import OwnerGone, TemporaryError
 from gm.kube.client import KubeClient
-from gm.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
+from gm.kube.errors import AlreadyExists, ApiError, BadRequest, Conflict, Invalid, NotFound
 from gm.kube.events import EventRecorder
 from gm.kube.informer import InformerFactory, SharedInformer
 from gm.kube.resources import DEPLOYMENTS, GVR, NODES, PODS, SECRETS, SERVICES  # noqa: F401 - re-exported
@@ -31,6 +43,11 @@ from shared.logs import event
 log = logging.getLogger("gm.controllers")
 
 HPAS = GVR("autoscaling", "v2", "horizontalpodautoscalers")
+BATCH = 50  # writes between two owner checks (and progress status writes) in one plan
+REJECTED = (BadRequest, Invalid)  # server-side validation: the same body can never succeed
+
+Progress = Callable[[], Awaitable[Any]]
+WriteProblem = Callable[[Problem], Awaitable[bool]]
 
 
 def sedna_gvr(kind: apis.SednaKind) -> GVR:
@@ -130,19 +147,87 @@ async def fetch_secrets(ctx: Context, namespace: str, names: Iterable[str]) -> d
 
 
 async def execute(ctx: Context, gvr: GVR, plan: ChildPlan, *, owner: Mapping[str, Any],
-                  namespace: str) -> int:
-    """Carry out a child plan; returns how many writes were sent."""
+                  owner_gvr: GVR, namespace: str, progress: Progress | None = None) -> int:
+    """Carry out a child plan in batches (see the module docstring); returns how many
+    writes were sent. Raises `OwnerGone` as soon as the owner is seen gone, `ChildRejected`
+    when the API server refuses a child."""
+    ops: list[Callable[[], Awaitable[int]]] = [
+        *(partial(_delete, ctx, gvr, obj, owner=owner, namespace=namespace) for obj in plan.delete),
+        *(partial(_update, ctx, gvr, have, want, owner=owner, namespace=namespace)
+          for have, want in plan.update),
+        *(partial(_create, ctx, gvr, obj, owner=owner, namespace=namespace) for obj in plan.create),
+    ]
     writes = 0
-    for obj in plan.delete:
-        writes += await _delete(ctx, gvr, obj, namespace=namespace)
-    for observed, desired in plan.update:
-        writes += await _update(ctx, gvr, observed, desired, namespace=namespace)
-    for obj in plan.create:
-        writes += await _create(ctx, gvr, obj, owner=owner, namespace=namespace)
+    for i, op in enumerate(ops):
+        if i and i % BATCH == 0:
+            await ensure_owner(ctx, owner_gvr, owner)
+            if progress is not None:
+                await progress()
+        elif i:
+            await _check_cached_owner(ctx, owner_gvr, owner)
+        writes += await op()
     for name in plan.conflicts:
         ctx.events.warning(owner, "NameConflict",
                            f"{gvr.plural} {namespace}/{name} exists and is not controlled by this object")
     return writes
+
+
+async def ensure_owner(ctx: Context, gvr: GVR, owner: Mapping[str, Any]) -> None:
+    """Raise `OwnerGone` unless the owner still exists, with its uid, and is not being deleted.
+    Read from the API, not the cache: the cache may not have seen the delete yet."""
+    meta = owner.get("metadata") or {}
+    try:
+        live = await ctx.client.get(gvr, meta["name"], namespace=meta.get("namespace"))
+    except NotFound:
+        raise OwnerGone(f"{gvr.plural} {own_key(owner)} was deleted") from None
+    except ApiError as exc:
+        raise TemporaryError(f"re-reading {gvr.plural} {own_key(owner)}: {exc}") from exc
+    live_meta = live.get("metadata") or {}
+    if live_meta.get("uid") != meta.get("uid") or live_meta.get("deletionTimestamp"):
+        raise OwnerGone(f"{gvr.plural} {own_key(owner)} is being deleted or was replaced")
+
+
+async def _check_cached_owner(ctx: Context, gvr: GVR, owner: Mapping[str, Any]) -> None:
+    """The per-write check, free while the cache holds the owner: stop as soon as the
+    cache has seen the delete (or a replacement); ask the API when the cache has nothing."""
+    meta = owner.get("metadata") or {}
+    cached = ctx.informers.get_cached(gvr, meta.get("namespace"), meta["name"])
+    if cached is None:
+        await ensure_owner(ctx, gvr, owner)
+        return
+    cached_meta = cached.get("metadata") or {}
+    if cached_meta.get("uid") != meta.get("uid") or cached_meta.get("deletionTimestamp"):
+        raise OwnerGone(f"{gvr.plural} {own_key(owner)} is being deleted or was replaced")
+
+
+async def write_status(ctx: Context, gvr: GVR, owner: Mapping[str, Any], mutate) -> bool:
+    """Write the owner's status through the status writer; True if it changed.
+
+    The owner gone (404, or another uid under its name) is `OwnerGone`; a conflict that
+    outlasted the writer's retries or any other API failure is a `TemporaryError`."""
+    meta = owner["metadata"]
+    try:
+        result = await ctx.status.update(gvr, meta.get("namespace"), meta["name"], mutate, uid=meta.get("uid"))
+    except NotFound:
+        raise OwnerGone(f"{gvr.plural} {own_key(owner)} was deleted") from None
+    except Conflict as exc:
+        raise TemporaryError(f"writing status of {gvr.plural} {own_key(owner)}: {exc}", delay=0.05) from exc
+    except ApiError as exc:
+        raise TemporaryError(f"writing status of {gvr.plural} {own_key(owner)}: {exc}") from exc
+    return result.written
+
+
+async def report_problem(ctx: Context, owner: Mapping[str, Any], exc: Exception, *, key: str,
+                         write: WriteProblem) -> NoReturn:
+    """The one place a reconcile problem (see problems.py) is mapped: `write` puts it in a
+    condition, a Warning event goes out when that changed the status (not on every retry),
+    and the reconcile ends with the problem's outcome."""
+    problem = problem_of(exc)
+    if await write(problem):
+        ctx.events.warning(dict(owner), problem.reason, problem.message)
+        event(log, "reconcile problem", level=logging.WARNING, key=key, reason=problem.reason,
+              detail=problem.message, retryable=problem.retryable)
+    raise problem.outcome() from None
 
 
 async def _create(ctx: Context, gvr: GVR, obj: dict, *, owner: Mapping[str, Any], namespace: str) -> int:
@@ -151,26 +236,32 @@ async def _create(ctx: Context, gvr: GVR, obj: dict, *, owner: Mapping[str, Any]
         await ctx.client.create(gvr, obj, namespace=namespace)
     except AlreadyExists:
         return 0  # the cache is behind; the add event brings the next reconcile
+    except REJECTED as exc:
+        raise ChildRejected(kind=_singular(gvr), namespace=namespace, name=name, verb="create", error=exc) from None
     except ApiError as exc:
         raise TemporaryError(f"creating {gvr.plural} {namespace}/{name}: {exc}") from exc
-    event(log, "created", key=f"{namespace}/{name}", resource=gvr.plural)
-    ctx.events.normal(owner, "SuccessfulCreate", f"Created {_singular(gvr)} {name}")
+    event(log, "created", key=own_key(owner), child=f"{namespace}/{name}", resource=gvr.plural,
+          **_node_field(obj))
+    ctx.events.normal(dict(owner), "SuccessfulCreate", f"Created {_singular(gvr)} {name}")
     return 1
 
 
-async def _update(ctx: Context, gvr: GVR, observed: dict, desired: dict, *, namespace: str) -> int:
+async def _update(ctx: Context, gvr: GVR, observed: dict, desired: dict, *, owner: Mapping[str, Any],
+                  namespace: str) -> int:
     name = observed["metadata"]["name"]
     try:
         await ctx.client.replace(gvr, name, merge_for_update(observed, desired), namespace=namespace)
     except (Conflict, NotFound) as exc:
         raise TemporaryError(f"updating {gvr.plural} {namespace}/{name}: {exc.reason}", delay=0.05) from exc
+    except REJECTED as exc:
+        raise ChildRejected(kind=_singular(gvr), namespace=namespace, name=name, verb="update", error=exc) from None
     except ApiError as exc:
         raise TemporaryError(f"updating {gvr.plural} {namespace}/{name}: {exc}") from exc
-    event(log, "updated", key=f"{namespace}/{name}", resource=gvr.plural)
+    event(log, "updated", key=own_key(owner), child=f"{namespace}/{name}", resource=gvr.plural)
     return 1
 
 
-async def _delete(ctx: Context, gvr: GVR, obj: dict, *, namespace: str) -> int:
+async def _delete(ctx: Context, gvr: GVR, obj: dict, *, owner: Mapping[str, Any], namespace: str) -> int:
     meta = obj["metadata"]
     try:
         await ctx.client.delete(gvr, meta["name"], namespace=namespace,
@@ -180,8 +271,15 @@ async def _delete(ctx: Context, gvr: GVR, obj: dict, *, namespace: str) -> int:
         return 0  # already gone, or replaced by a newer object of that name
     except ApiError as exc:
         raise TemporaryError(f"deleting {gvr.plural} {namespace}/{meta['name']}: {exc}") from exc
-    event(log, "deleted", key=f"{namespace}/{meta['name']}", resource=gvr.plural)
+    event(log, "deleted", key=own_key(owner), child=f"{namespace}/{meta['name']}", resource=gvr.plural)
     return 1
+
+
+def _node_field(obj: Mapping[str, Any]) -> dict[str, str]:
+    """`node=` for a log line about a child bound to a node (a pod, or a template's pods)."""
+    spec = obj.get("spec") or {}
+    node = spec.get("nodeName") or ((spec.get("template") or {}).get("spec") or {}).get("nodeName")
+    return {"node": node} if isinstance(node, str) and node else {}
 
 
 def _singular(gvr: GVR) -> str:

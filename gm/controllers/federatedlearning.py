@@ -10,6 +10,11 @@ spec and its own children in the cache.
 
 With `federatedLearning.specEditPolicy: reject`, outdated pods are left running, and a
 condition and a Warning event say that the edit was not applied.
+
+What the workers wait on (a pod stuck terminating, a node that does not exist, no node
+that fits) is the `Waiting` condition, and a trainer bound to a missing node is not
+counted as active. Pods are created in batches with the owner re-checked and progress
+status written in between (common.execute), so a deleted job stops growing.
 """
 
 from __future__ import annotations
@@ -32,13 +37,16 @@ from gm.controllers.common import (
     on_any_change,
     own_key,
     owner_key,
+    report_problem,
     split,
+    write_status,
 )
-from gm.controllers.runner import Requeue, TemporaryError
+from gm.controllers.problems import PROBLEMS, Problem
+from gm.controllers.runner import Requeue
 from gm.controllers.status import fl_status
-from gm.workers import SpecError, build_fl_children
+from gm.controllers.waiting import stranded, summary, waits
+from gm.workers import build_fl_children
 from shared import apis
-from shared.logs import event
 from shared.objects import SPEC_HASH_ANNOTATION, deep_get, now_rfc3339, set_condition
 
 log = logging.getLogger("gm.controllers.federatedlearning")
@@ -70,7 +78,8 @@ class FederatedLearningController:
             on_any_change(inf, self._on_child)
         on_any_change(self.models, self._dependents("model"))
         on_any_change(self.datasets, self._dependents("dataset"))
-        self.nodes.add_event_handler(on_update=self._on_node)
+        self.nodes.add_event_handler(on_add=self._on_node_presence, on_update=self._on_node,
+                                     on_delete=self._on_node_presence)
 
     def _on_job(self, obj: dict) -> None:
         self.enqueue(own_key(obj))
@@ -92,6 +101,13 @@ class FederatedLearningController:
             for job in self.jobs.store.list():
                 self._on_job(job)
 
+    def _on_node_presence(self, node: dict) -> None:
+        """A node came or went: the jobs with pods bound to it wait on it, or stop waiting."""
+        name = deep_get(node, "metadata", "name")
+        for pod in self.pods.store.list():
+            if deep_get(pod, "spec", "nodeName") == name:
+                self._on_child(pod)
+
     # -- reconcile -------------------------------------------------------------------
 
     async def reconcile(self, key: str) -> Requeue | None:
@@ -102,13 +118,10 @@ class FederatedLearningController:
         job = {**job, "kind": KIND, "apiVersion": apis.API_VERSION}
         try:
             children = await self._build(job, namespace)
-        except SpecError as exc:
-            await self._write_status(job, namespace, pods=self._pods(job), all_present=False,
-                                     converged=False, problem=(exc.reason, exc.message))
-            self.ctx.events.warning(job, exc.reason, exc.message)
-            event(log, "invalid spec", level=logging.WARNING, key=key, reason=exc.reason, message=exc.message)
-            raise TemporaryError(f"{exc.reason}: {exc.message}") from None
-        return await self._converge(job, children, namespace)
+            return await self._converge(job, children, namespace)
+        except PROBLEMS as exc:
+            await report_problem(self.ctx, job, exc, key=key, write=lambda p: self._write_status(
+                job, pods=self._pods(job), all_present=False, converged=False, problem=p))
 
     async def _build(self, job: dict, namespace: str):
         models = self._named(self.models, namespace, apis.model_names(apis.FEDERATED_LEARNING, job))
@@ -144,18 +157,19 @@ class FederatedLearningController:
         if rejected is None:
             plan = plan_children(desired, observed, owner_uid=uid, hash_key=SPEC_HASH_ANNOTATION,
                                  mutable=False, create_missing=not finished)
-            await execute(self.ctx, PODS, plan, owner=job, namespace=namespace)
+            await execute(self.ctx, PODS, plan, owner=job, owner_gvr=FL, namespace=namespace,
+                          progress=lambda: self._write_progress(job, desired))
         svc = children.aggregation_service
         svc_observed = children_by_name(self.svcs, uid, [svc["metadata"]["name"]], namespace)
         svc_plan = plan_children({svc["metadata"]["name"]: svc}, svc_observed, owner_uid=uid,
                                  hash_key=SPEC_HASH_ANNOTATION, mutable=True)
-        await execute(self.ctx, SERVICES, svc_plan, owner=job, namespace=namespace)
+        await execute(self.ctx, SERVICES, svc_plan, owner=job, owner_gvr=FL, namespace=namespace)
         pods = [p for p in self._pods(job) if p["metadata"]["name"] in desired]
         all_present = set(desired) <= {p["metadata"]["name"] for p in pods}
         converged = rejected is None and not outdated(desired, observed, hash_key=SPEC_HASH_ANNOTATION) \
             and all_present
-        await self._write_status(job, namespace, pods=pods, all_present=all_present,
-                                 converged=converged, problem=None, rejected=rejected)
+        await self._write_status(job, pods=pods, all_present=all_present, converged=converged,
+                                 rejected=rejected)
         if rejected is not None or finished:
             return None
         return None if converged and svc_plan.converged else Requeue(2.0)
@@ -173,21 +187,30 @@ class FederatedLearningController:
         self.ctx.events.warning(job, "SpecEditRejected", message)
         return message
 
-    async def _write_status(self, job: dict, namespace: str, *, pods: list[dict], all_present: bool,
-                            converged: bool, problem, rejected: str | None = None) -> None:
+    async def _write_progress(self, job: dict, desired: dict) -> bool:
+        """Status between batches of creates: the pods made so far, nothing converged yet."""
+        pods = [p for p in self._pods(job) if p["metadata"]["name"] in desired]
+        return await self._write_status(job, pods=pods, all_present=False, converged=False)
+
+    async def _write_status(self, job: dict, *, pods: list[dict], all_present: bool, converged: bool,
+                            problem: Problem | None = None, rejected: str | None = None) -> bool:
         generation = job["metadata"].get("generation")
         now = now_rfc3339()
+        nodes = {n["metadata"]["name"] for n in self.nodes.store.list()}
+        cannot_run = stranded(pods, nodes=nodes)
+        waiting = summary(waits(self._pods(job), nodes=nodes))
+        why = (problem.reason, problem.message) if problem is not None else None
 
         def mutate(status: dict) -> dict:
             new = fl_status({**job, "status": status}, pods, all_present=all_present,
                             converged_generation=generation if converged else None,
-                            problem=problem, now=now)
+                            problem=why, now=now, stranded=cannot_run, waiting=waiting)
             if rejected is not None:
                 new["conditions"] = set_condition(new.get("conditions"), "Training", "True",
                                                   reason="SpecEditRejected", message=rejected, now=now)
             return new
 
-        await self.ctx.status.update(FL, namespace, job["metadata"]["name"], mutate)
+        return await write_status(self.ctx, FL, job, mutate)
 
 
 def _finished(job: dict) -> bool:

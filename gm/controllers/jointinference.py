@@ -29,13 +29,15 @@ from gm.controllers.common import (
     on_any_change,
     own_key,
     owner_key,
+    report_problem,
     split,
+    write_status,
 )
-from gm.controllers.runner import Requeue, TemporaryError
+from gm.controllers.problems import PROBLEMS, Problem
+from gm.controllers.runner import Requeue
 from gm.controllers.status import ji_status
-from gm.workers import SpecError, build_ji_children, hpa_names
+from gm.workers import build_ji_children, hpa_names
 from shared import apis
-from shared.logs import event
 from shared.objects import SPEC_HASH_ANNOTATION, deep_get, now_rfc3339
 
 log = logging.getLogger("gm.controllers.jointinference")
@@ -82,20 +84,13 @@ class JointInferenceController:
         if ji is None or deep_get(ji, "metadata", "deletionTimestamp"):
             return None  # deleted: the garbage collector removes the children
         ji = {**ji, "kind": KIND, "apiVersion": apis.API_VERSION}
-        problem: tuple[str, str] | None = None
-        converged = False
         try:
             children = await self._build(ji, namespace)
-        except SpecError as exc:
-            problem = (exc.reason, exc.message)
-            children = None
-        if children is not None:
             converged = await self._converge(ji, children, namespace)
-        await self._write_status(ji, namespace, problem=problem, converged=converged)
-        if problem is not None:
-            self.ctx.events.warning(ji, problem[0], problem[1])
-            event(log, "invalid spec", level=logging.WARNING, key=key, reason=problem[0], message=problem[1])
-            raise TemporaryError(f"{problem[0]}: {problem[1]}")
+        except PROBLEMS as exc:
+            await report_problem(self.ctx, ji, exc, key=key,
+                                 write=lambda p: self._write_status(ji, problem=p, converged=False))
+        await self._write_status(ji, problem=None, converged=converged)
         return None if converged else Requeue(5.0)
 
     async def _build(self, ji: dict, namespace: str):
@@ -123,22 +118,22 @@ class JointInferenceController:
             observed = children_by_name(inf, uid, [*desired, *extra], namespace)
             plan = plan_children(desired, observed, owner_uid=uid, hash_key=SPEC_HASH_ANNOTATION,
                                  mutable=True)
-            await execute(self.ctx, gvr, plan, owner=ji, namespace=namespace)
+            await execute(self.ctx, gvr, plan, owner=ji, owner_gvr=JI, namespace=namespace)
             converged = converged and plan.converged
         return converged
 
-    async def _write_status(self, ji: dict, namespace: str, *, problem, converged: bool) -> None:
-        name = ji["metadata"]["name"]
+    async def _write_status(self, ji: dict, *, problem: Problem | None, converged: bool) -> bool:
         deployments = self.deployments.store.by_index("owner-uid", ji["metadata"]["uid"])
         generation = ji["metadata"].get("generation")
         now = now_rfc3339()
+        why = (problem.reason, problem.message) if problem is not None else None
 
         def mutate(status: dict) -> dict:
             return ji_status({**ji, "status": status}, deployments, expected=2,
                              converged_generation=generation if converged else None,
-                             problem=problem, now=now)
+                             problem=why, now=now)
 
-        await self.ctx.status.update(JI, namespace, name, mutate)
+        return await write_status(self.ctx, JI, ji, mutate)
 
 
 def _model_refs(obj: dict) -> list[str]:

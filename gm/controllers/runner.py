@@ -4,8 +4,10 @@ A reconcile returns a typed outcome instead of (bool, error) pairs:
 - `Done()` / None: converged; the key's backoff is forgotten;
 - `Requeue(after)`: converged for now, look again later (e.g. waiting for pods to go);
 - raising `TemporaryError` (or any unexpected exception): retried with per-key backoff;
-- raising `PermanentError`: logged, not retried until the next change event.
-Every outcome is counted per controller so `/metrics` shows reconcile rate, latency and
+- raising `PermanentError`: logged, not retried until the next change event;
+- raising `OwnerGone`: the object was deleted mid-reconcile; nothing is left to do.
+A failure that keeps coming back is logged at warning level from the `WARN_AFTER`th retry
+on, so a silent retry loop cannot hide in info lines. Every outcome is counted per controller so `/metrics` shows reconcile rate, latency and
 errors.
 """
 
@@ -18,9 +20,13 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 
 from gm.kube.workqueue import SHUTDOWN, WorkQueue
+from shared.logs import event
 from shared.metrics import Registry
 
 log = logging.getLogger("gm.controllers")
+
+RESULTS = ("success", "requeue", "error", "permanent", "gone")
+WARN_AFTER = 5  # consecutive retries of one key before its failure is logged as a warning
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +44,11 @@ class TemporaryError(Exception):
 
 class PermanentError(Exception):
     """Do not retry: only a new change to the object can help."""
+
+
+class OwnerGone(Exception):
+    """The reconciled object was deleted (or replaced by a new one of that name) while the
+    reconcile ran: stop without retrying; the delete event already said all there is."""
 
 
 Reconcile = Callable[[str], Awaitable["Requeue | None"]]
@@ -63,13 +74,13 @@ class ControllerRunner:
         self._reconcile = reconcile
         self._workers = workers
         self._metrics = metrics
-        for result in ("success", "requeue", "error", "permanent"):
+        for result in RESULTS:
             metrics.total.inc(name, result, amount=0)
 
     async def run(self, wait_synced: Callable[[], Awaitable[None]]) -> None:
         """Wait for the caches, then run the workers until the queue shuts down."""
         await wait_synced()
-        log.info("controller started", extra={"controller": self.name, "workers": self._workers})
+        event(log, "controller started", controller=self.name, workers=self._workers)
         async with asyncio.TaskGroup() as tg:
             for i in range(self._workers):
                 tg.create_task(self._worker(), name=f"{self.name}-worker-{i}")
@@ -86,33 +97,41 @@ class ControllerRunner:
 
     async def _process(self, key: Hashable) -> None:
         started = time.monotonic()
-        result = "success"
+        result = "error"
         try:
-            outcome = await self._reconcile(str(key))
-            if isinstance(outcome, Requeue):
-                result = "requeue"
-                self.queue.forget(key)
-                self.queue.add_after(key, outcome.after)
-            else:
-                self.queue.forget(key)
+            result = self._settle(key, await self._reconcile(str(key)))
         except PermanentError as exc:
             result = "permanent"
             self.queue.forget(key)
-            log.warning("reconcile failed permanently",
-                        extra={"controller": self.name, "key": key, "error": str(exc)})
+            event(log, "reconcile failed, waiting for a change", level=logging.WARNING,
+                  controller=self.name, key=key, error=str(exc))
+        except OwnerGone as exc:
+            result = "gone"
+            self.queue.forget(key)
+            event(log, "object gone mid-reconcile", level=logging.DEBUG, controller=self.name, key=key,
+                  error=str(exc))
         except TemporaryError as exc:
-            result = "error"
             self._retry(key, exc.delay)
-            log.info("reconcile will retry", extra={"controller": self.name, "key": key, "error": str(exc)})
+            event(log, "reconcile will retry", level=self._retry_level(key), controller=self.name,
+                  key=key, error=str(exc), retries=self.queue.num_requeues(key))
         except asyncio.CancelledError:
             raise
         except Exception:  # a bug or an unexpected API failure must not kill the worker
-            result = "error"
             self._retry(key, None)
-            log.exception("reconcile crashed", extra={"controller": self.name, "key": key})
+            event(log, "reconcile crashed", level=logging.ERROR, exc_info=True, controller=self.name, key=key)
         finally:
             self._metrics.total.inc(self.name, result)
             self._metrics.latency.observe(time.monotonic() - started, self.name)
+
+    def _settle(self, key: Hashable, outcome: Requeue | None) -> str:
+        self.queue.forget(key)
+        if isinstance(outcome, Requeue):
+            self.queue.add_after(key, outcome.after)
+            return "requeue"
+        return "success"
+
+    def _retry_level(self, key: Hashable) -> int:
+        return logging.WARNING if self.queue.num_requeues(key) >= WARN_AFTER else logging.INFO
 
     def _retry(self, key: Hashable, delay: float | None) -> None:
         if delay is None:

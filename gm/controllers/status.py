@@ -8,21 +8,24 @@ condition's message) are carried over untouched.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from shared.objects import deep_get, find_condition, set_condition
 
 JI_CONDITION_TYPES = ("Pending", "Running", "Failed")
 FL_CONDITION_TYPES = ("Training", "Complete", "Failed")
+WAITING = "Waiting"  # FL: True while a worker waits on something (see waiting.py); beside the phase ones
 
 
 def _terminating(obj: Mapping[str, Any]) -> bool:
     return bool(deep_get(obj, "metadata", "deletionTimestamp"))
 
 
-def pod_counts(pods: Iterable[Mapping[str, Any]]) -> tuple[int, int, int]:
-    """(active, succeeded, failed) as Kubernetes Jobs count them."""
+def pod_counts(pods: Iterable[Mapping[str, Any]], *,
+               stranded: Collection[str] = ()) -> tuple[int, int, int]:
+    """(active, succeeded, failed) as Kubernetes Jobs count them, except that a pod in
+    `stranded` (bound to a node that does not exist) is not active: it cannot run."""
     active = succeeded = failed = 0
     for pod in pods:
         phase = deep_get(pod, "status", "phase", default="")
@@ -30,7 +33,7 @@ def pod_counts(pods: Iterable[Mapping[str, Any]]) -> tuple[int, int, int]:
             succeeded += 1
         elif phase == "Failed":
             failed += 1
-        elif not _terminating(pod):
+        elif not _terminating(pod) and deep_get(pod, "metadata", "name") not in stranded:
             active += 1
     return active, succeeded, failed
 
@@ -63,31 +66,46 @@ def _exclusive(conditions: list[dict], types: tuple[str, ...], current: str, *, 
 # -- FederatedLearningJob --------------------------------------------------------------
 
 
-def fl_phase(pods: list[Mapping[str, Any]], *, all_present: bool) -> str:
-    active, succeeded, failed = pod_counts(pods)
+def fl_phase(pods: list[Mapping[str, Any]], *, all_present: bool, stranded: Collection[str] = ()) -> str:
+    active, succeeded, failed = pod_counts(pods, stranded=stranded)
     if failed:
         return "Failed"
     if all_present and succeeded and not active and succeeded == len(pods):
         return "Succeeded"
-    return "Running" if pods else "Pending"
+    return "Running" if active or succeeded else "Pending"
 
 
 def fl_status(job: Mapping[str, Any], pods: list[Mapping[str, Any]], *, all_present: bool,
-              converged_generation: int | None, problem: tuple[str, str] | None, now: str) -> dict:
+              converged_generation: int | None, problem: tuple[str, str] | None, now: str,
+              stranded: Collection[str] = (), waiting: tuple[str, str] | None = None) -> dict:
     """The FL job's new status. `problem` = (reason, message) of a bad spec, if any;
-    `converged_generation` = the generation the pods now run, when they all match it."""
+    `converged_generation` = the generation the pods now run, when they all match it;
+    `stranded` = pods that cannot run (not counted active); `waiting` = (reason, message)
+    of what the workers wait on (waiting.summary), if anything."""
     status = dict(job.get("status") or {})
-    active, succeeded, failed = pod_counts(pods)
-    phase = fl_phase(pods, all_present=all_present)
+    active, succeeded, failed = pod_counts(pods, stranded=stranded)
+    phase = fl_phase(pods, all_present=all_present, stranded=stranded)
     status.update(active=active, succeeded=succeeded, failed=failed, phase=phase)
     if pods and not status.get("startTime"):
         status["startTime"] = now
     if phase == "Succeeded" and not status.get("completionTime"):
         status["completionTime"] = now
-    status["conditions"] = _fl_conditions(list(status.get("conditions") or []), phase, problem, now)
+    conditions = _fl_conditions(list(status.get("conditions") or []), phase, problem, now)
+    status["conditions"] = waiting_condition(conditions, waiting, now=now)
     if converged_generation is not None:
         status["observedGeneration"] = converged_generation
     return status
+
+
+def waiting_condition(conditions: list[dict], waiting: tuple[str, str] | None, *,
+                      now: str) -> list[dict]:
+    """`Waiting` True with what and since when; False once nothing waits (absent if never)."""
+    if waiting is not None:
+        reason, message = waiting
+        return set_condition(conditions, WAITING, "True", reason=reason, message=message, now=now)
+    if find_condition(conditions, WAITING) is not None:
+        return set_condition(conditions, WAITING, "False", reason="", message="", now=now)
+    return conditions
 
 
 def _fl_conditions(conditions: list[dict], phase: str, problem: tuple[str, str] | None,
@@ -111,7 +129,7 @@ def _fl_conditions(conditions: list[dict], phase: str, problem: tuple[str, str] 
 def _clear(conditions: list[dict], now: str) -> list[dict]:
     """No pods yet and no problem: nothing is True."""
     for cond in list(conditions):
-        if cond.get("status") == "True":
+        if cond.get("status") == "True" and cond.get("type") != WAITING:
             conditions = set_condition(conditions, cond["type"], "False", reason="", message="", now=now)
     return conditions
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gm.kube.client import KubeClient
-from gm.kube.errors import Conflict
+from gm.kube.errors import Conflict, NotFound
 from gm.kube.resources import GVR
 from shared.logs import event
 
@@ -49,16 +49,19 @@ class StatusWriter:
         self.max_attempts = max_attempts
 
     async def update(self, gvr: GVR, namespace: str | None, name: str,
-                     mutate: Mutate) -> StatusResult:
+                     mutate: Mutate, *, uid: str | None = None) -> StatusResult:
         """Apply `mutate` to the latest status and write it.
 
-        Raises `NotFound` if the object is gone and `Conflict` if every attempt lost a race.
+        Raises `NotFound` if the object is gone (or, given `uid`, if the object of that name
+        is another one: a status computed for a deleted object must not land on its
+        successor) and `Conflict` if every attempt lost a race.
         """
         obj = self.cache(gvr, namespace, name) if self.cache is not None else None
         if obj is None:
             obj = await self.client.get(gvr, name, namespace=namespace)
         attempts = 0
         while True:
+            _check_uid(obj, uid, gvr=gvr, namespace=namespace, name=name)
             current = obj.get("status") or {}
             desired = _apply(mutate, current)
             if desired == current:
@@ -75,6 +78,11 @@ class StatusWriter:
                 event(log, "status conflict, re-reading", level=logging.DEBUG,
                       key=f"{namespace}/{name}", resource=str(gvr), attempt=attempts)
                 obj = await self.client.get(gvr, name, namespace=namespace)
+
+
+def _check_uid(obj: Obj, uid: str | None, *, gvr: GVR, namespace: str | None, name: str) -> None:
+    if uid is not None and (obj.get("metadata") or {}).get("uid") != uid:
+        raise NotFound(404, "NotFound", f"{gvr.plural} {namespace}/{name} with uid {uid} no longer exists")
 
 
 def _apply(mutate: Mutate, status: dict[str, Any]) -> dict[str, Any]:

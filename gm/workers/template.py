@@ -9,12 +9,16 @@ anyway; dropping the duplicate keeps the container valid and readable).
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gm.workers.errors import InvalidSpec
 from gm.workers.storage import StoragePlan, apply_storage
+
+# Kubernetes resource.Quantity: a signed decimal with a binary-SI, decimal-SI or exponent suffix.
+_QUANTITY = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?")
 
 
 def env_value(name: str, value: str) -> dict[str, Any]:
@@ -72,6 +76,34 @@ def _check_container(container: Any, *, where: str) -> None:
         raise InvalidSpec("InvalidTemplate", f"{where}.env must be a list of named entries")
     if not isinstance(container.get("volumeMounts") or [], list):
         raise InvalidSpec("InvalidTemplate", f"{where}.volumeMounts must be a list")
+    _check_resources(container.get("resources"), where=f"{where}.resources")
+
+
+def _check_resources(resources: Any, *, where: str) -> None:
+    """Quantities the API server would refuse (`memory: lots`), caught with the field named
+    instead of a pod create failing for every reconcile."""
+    if resources is None:
+        return
+    if not isinstance(resources, Mapping):
+        raise InvalidSpec("InvalidTemplate", f"{where} must be an object")
+    for kind in ("limits", "requests"):
+        values = resources.get(kind)
+        if values is None:
+            continue
+        if not isinstance(values, Mapping):
+            raise InvalidSpec("InvalidTemplate", f"{where}.{kind} must be an object")
+        for name, value in values.items():
+            if not _is_quantity(value):
+                raise InvalidSpec("InvalidTemplate", f"{where}.{kind}.{name}: {value!r} is not a quantity "
+                                  "(e.g. 2Gi, 500m, 1.5)")
+
+
+def _is_quantity(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int | float):
+        return value == value  # not NaN
+    return isinstance(value, str) and _QUANTITY.fullmatch(value) is not None
 
 
 def inject_env(container: dict[str, Any], entries: Sequence[Mapping[str, Any]]) -> None:

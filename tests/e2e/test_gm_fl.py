@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
+
 import orjson
 
-from gm.controllers.common import FL, PODS
+from gm.controllers.common import BATCH, FL, NODES, PODS
 from gm.kube.resources import GVR
 from tests.conftest import wait_for
 from tests.e2e.conftest import load_example
@@ -185,4 +187,170 @@ async def test_invalid_template_is_a_condition_not_a_crash(gm, api, sedna_cluste
     assert "trainingWorkers[1]" in cond["message"]
     job = dc.store.get(rt(dc, FL), NS, JOB)
     assert pods_of(dc, job["metadata"]["uid"]) == {}
-    assert gm.reconcile_metrics.total.value("federatedlearningjob", "error") >= 1  # retried with backoff
+    # the user's to fix: waits for a change instead of retrying with backoff
+    metrics = gm.reconcile_metrics.total
+    await wait_for(lambda: metrics.value("federatedlearningjob", "permanent") >= 1, within=5)
+    assert metrics.value("federatedlearningjob", "error") == 0
+
+
+# -- large jobs, server rejections, waits -------------------------------------------------
+
+
+async def create_inputs(api) -> dict:
+    """Create the example's Datasets and Model; return its FederatedLearningJob manifest."""
+    job = None
+    for obj in load_example("federated-learning-surface-defect.yaml"):
+        if obj["kind"] == "FederatedLearningJob":
+            job = obj
+        else:
+            await api.create(GVR("sedna.io", "v1alpha1", obj["kind"].lower() + "s"), obj, namespace=NS)
+    return job
+
+
+def fl_status(dc) -> dict:
+    return dc.store.get(rt(dc, FL), NS, JOB).get("status") or {}
+
+
+def condition(dc, type_: str) -> dict | None:
+    return next((c for c in fl_status(dc).get("conditions", []) if c["type"] == type_), None)
+
+
+async def test_deleting_a_large_job_mid_creation_stops_the_creates(gm, api, sedna_cluster):
+    dc = sedna_cluster
+    job = await create_inputs(api)
+    job["spec"]["trainingWorkers"] = [copy.deepcopy(job["spec"]["trainingWorkers"][0]) for _ in range(300)]
+    added: list[str] = []
+    at_delete: list[int] = []
+
+    def listen(ev) -> None:  # called synchronously at each commit: exact order of writes
+        if ev.type == "ADDED" and ev.rt.key == rt(dc, PODS).key and \
+                ev.obj["metadata"]["labels"].get("federatedlearningjob.sedna.io/name") == JOB:
+            added.append(ev.obj["metadata"]["name"])
+        if ev.type == "DELETED" and ev.rt.key == rt(dc, FL).key:
+            at_delete.append(len(added))
+
+    unsubscribe = dc.store.add_listener(listen)
+    try:
+        dc.faults.configure({"latency": 0.01})
+        await api.create(FL, job, namespace=NS)
+        # progress: the status shows pods while the create loop is far from done
+        status = await wait_for(lambda: (s := fl_status(dc)).get("active") and s, within=30,
+                                message="progress status during creation")
+        assert len(added) < 300 and status["phase"] == "Running"
+        await api.delete(FL, JOB, namespace=NS)
+        metrics = gm.reconcile_metrics.total
+        await wait_for(lambda: metrics.value("federatedlearningjob", "gone") >= 1, within=30,
+                       message="the reconcile noticed its job is gone")
+        await wait_for(lambda: not [p for p in dc.store.list(rt(dc, PODS), NS)[0]
+                                    if p["metadata"]["labels"].get("federatedlearningjob.sedna.io/name")],
+                       within=60, message="the GC removed every pod")
+    finally:
+        dc.faults.reset()
+        unsubscribe()
+    assert at_delete and at_delete[0] < 300
+    # at most one batch in flight when the job went; nothing after the reconcile stopped
+    assert len(added) - at_delete[0] <= BATCH, (len(added), at_delete[0])
+    assert len(added) == len(set(added))
+
+
+async def test_template_rejected_by_the_api_server_is_a_condition_and_event(gm, api, sedna_cluster):
+    dc = sedna_cluster
+    job = await create_inputs(api)
+    container = job["spec"]["trainingWorkers"][1]["template"]["spec"]["containers"][0]
+    container["ports"] = [{"containerPort": 70000}]  # the API server's pod validation refuses it
+    await api.create(FL, job, namespace=NS)
+
+    cond = await wait_for(lambda: (c := condition(dc, "Failed")) and c["status"] == "True" and c,
+                          within=10, message="Failed condition")
+    assert cond["reason"] == "WorkerRejected"
+    assert f"pod {NS}/{TRAINERS[1]}" in cond["message"]
+    assert "422 Invalid" in cond["message"] and "containerPort" in cond["message"]
+    ev_rt = dc.store.registry.lookup(group="", version="v1", resource="events")
+    event = await wait_for(lambda: next((e for e in dc.store.list(ev_rt, NS)[0]
+                                         if e["reason"] == "WorkerRejected"), None),
+                           within=5, message="Warning event")
+    assert event["type"] == "Warning" and "containerPort" in event["message"]
+    metrics = gm.reconcile_metrics.total
+    await wait_for(lambda: metrics.value("federatedlearningjob", "permanent") >= 1, within=5)
+    assert metrics.value("federatedlearningjob", "error") == 0  # not a retry loop
+    # fixing the template clears it
+    patch = [{"op": "remove", "path": "/spec/trainingWorkers/1/template/spec/containers/0/ports"}]
+    await api.patch(FL, JOB, patch, namespace=NS, patch_type="json")
+    await wait_for(lambda: len(pods_of(dc, dc.store.get(rt(dc, FL), NS, JOB)["metadata"]["uid"])) == 3,
+                   within=10, message="pods after the fix")
+    await wait_for(lambda: (c := condition(dc, "Failed")) is None or c["status"] == "False", within=10,
+                   message="Failed cleared")
+
+
+async def test_trainer_on_a_missing_node_is_waiting_not_running(gm, api, sedna_cluster):
+    dc = sedna_cluster
+    job = await create_inputs(api)
+    job["spec"]["trainingWorkers"][1]["template"]["spec"]["nodeName"] = "edge-node-9"
+    created = await api.create(FL, job, namespace=NS)
+    cond = await wait_for(lambda: (c := condition(dc, "Waiting")) and c["status"] == "True" and c,
+                          within=10, message="Waiting condition")
+    assert cond["reason"] == "NodeNotFound"
+    assert f"pod {TRAINERS[1]} is bound to node edge-node-9, which does not exist since " in cond["message"]
+    pod = pods_of(dc, created["metadata"]["uid"])[TRAINERS[1]]
+    assert pod["metadata"]["creationTimestamp"] in cond["message"]
+    await wait_for(lambda: fl_status(dc).get("active") == 2, within=10, message="two workers active")
+    assert fl_status(dc)["active"] == 2  # the stranded trainer is not counted
+
+
+async def test_pod_stuck_terminating_on_a_gone_node_is_a_waiting_condition(gm, api, sedna_cluster):
+    dc = sedna_cluster
+    job = await create_inputs(api)
+    created = await api.create(FL, job, namespace=NS)
+    uid = created["metadata"]["uid"]
+    await wait_for(lambda: fl_status(dc).get("active") == 3, within=10, message="3 active")
+    await api.delete(NODES, "edge-node-2")  # no kubelet will ever confirm its pods' deletion
+    patch = [{"op": "replace", "path": "/spec/trainingWorkers/1/template/spec/containers/0/env/0/value",
+              "value": "16"}]
+    await api.patch(FL, JOB, patch, namespace=NS, patch_type="json")
+    cond = await wait_for(lambda: (c := condition(dc, "Waiting")) and c["status"] == "True"
+                          and c["reason"] == "PodTerminating" and c, within=10, message="Waiting condition")
+    pod = pods_of(dc, uid)[TRAINERS[1]]
+    assert f"pod {TRAINERS[1]} is terminating (its node edge-node-2 does not exist) since " \
+           f"{pod['metadata']['deletionTimestamp']}" in cond["message"]
+    # the old pod is still there and no replacement runs beside it
+    assert pods_of(dc, uid)[TRAINERS[1]]["metadata"]["uid"] == pod["metadata"]["uid"]
+    assert fl_status(dc)["observedGeneration"] == 1
+
+
+async def test_memory_lots_is_an_invalid_template_not_a_retry_loop(gm, api, sedna_cluster):
+    dc = sedna_cluster
+    job = await create_inputs(api)
+    job["spec"]["trainingWorkers"][0]["template"]["spec"]["containers"][0]["resources"] = {
+        "limits": {"memory": "lots"}}
+    await api.create(FL, job, namespace=NS)
+    cond = await wait_for(lambda: (c := condition(dc, "Failed")) and c["status"] == "True" and c,
+                          within=10, message="Failed condition")
+    assert cond["reason"] == "InvalidTemplate"
+    assert "resources.limits.memory: 'lots' is not a quantity" in cond["message"]
+    metrics = gm.reconcile_metrics.total
+    await wait_for(lambda: metrics.value("federatedlearningjob", "permanent") >= 1, within=5)
+    assert metrics.value("federatedlearningjob", "error") == 0
+    assert pods_of(dc, dc.store.get(rt(dc, FL), NS, JOB)["metadata"]["uid"]) == {}
+
+
+async def test_job_replaced_mid_creation_gets_only_its_own_pods_and_status(gm, api, sedna_cluster):
+    dc = sedna_cluster
+    job = await create_inputs(api)
+    small = copy.deepcopy(job)
+    job["spec"]["trainingWorkers"] = [copy.deepcopy(job["spec"]["trainingWorkers"][0]) for _ in range(200)]
+    dc.faults.configure({"latency": 0.01})
+    try:
+        old = await api.create(FL, job, namespace=NS)
+        await wait_for(lambda: fl_status(dc).get("active"), within=30, message="progress status")
+        await api.delete(FL, JOB, namespace=NS)
+        new = await api.create(FL, small, namespace=NS)
+    finally:
+        dc.faults.reset()
+    uid = new["metadata"]["uid"]
+    await wait_for(lambda: not pods_of(dc, old["metadata"]["uid"]), within=60, message="old pods collected")
+    pods = await wait_for(lambda: (p := pods_of(dc, uid)) and len(p) == 3 and p, within=30,
+                          message="the new job's three pods")
+    assert sorted(pods) == sorted([AGG, *TRAINERS])
+    status = await wait_for(lambda: (s := fl_status(dc)).get("active") == 3 and s.get("observedGeneration") == 1
+                            and s, within=10, message="the new job's status")
+    assert status["phase"] == "Running"

@@ -176,3 +176,29 @@ async def test_unchanged_spec_never_rolls(gm, api, sedna_cluster):
     await wait_for(lambda: gm.reconcile_metrics.total.value("jointinferenceservice", "success") > runs,
                    within=10, message="a reconcile after the label change")
     assert {n: get(dc, DEPLOYMENTS, n)["metadata"]["generation"] for n in (EDGE, CLOUD)} == before
+
+
+async def test_edit_rejected_by_the_api_server_is_a_condition_not_a_retry_loop(gm, api, sedna_cluster):
+    dc = sedna_cluster
+    await create_example(api)
+    await wait_for(lambda: get(dc, DEPLOYMENTS, EDGE), within=10, message="edge deployment")
+    patch = [{"op": "add", "path": "/spec/edgeWorker/template/spec/containers/0/ports",
+              "value": [{"containerPort": 0}]}]  # the API server's template validation refuses it
+    await api.patch(JI, SVC, patch, namespace=NS, patch_type="json")
+
+    def failed():
+        st = (get(dc, JI, SVC) or {}).get("status") or {}
+        return next((c for c in st.get("conditions", []) if c["type"] == "Failed" and c["status"] == "True"), None)
+
+    cond = await wait_for(failed, within=10, message="Failed condition")
+    assert cond["reason"] == "WorkerRejected"
+    assert cond["message"].startswith(f"the API server rejected deployment {NS}/{EDGE} (422 Invalid): ")
+    assert "containerPort" in cond["message"]
+    ev_rt = dc.store.registry.lookup(group="", version="v1", resource="events")
+    await wait_for(lambda: any(e["reason"] == "WorkerRejected" and e["type"] == "Warning"
+                               for e in dc.store.list(ev_rt, NS)[0]), within=5, message="Warning event")
+    metrics = gm.reconcile_metrics.total
+    await wait_for(lambda: metrics.value("jointinferenceservice", "permanent") >= 1, within=5)
+    assert metrics.value("jointinferenceservice", "error") == 0
+    container = get(dc, DEPLOYMENTS, EDGE)["spec"]["template"]["spec"]["containers"][0]
+    assert "ports" not in container  # the running Deployment keeps the last accepted template

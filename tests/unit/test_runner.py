@@ -1,9 +1,12 @@
 import asyncio
+import logging
 
 import pytest
 
 from gm.controllers.runner import (
+    WARN_AFTER,
     ControllerRunner,
+    OwnerGone,
     PermanentError,
     ReconcileMetrics,
     Requeue,
@@ -83,3 +86,40 @@ async def test_a_key_is_never_reconciled_concurrently():
     queue.shut_down()
     await task
     assert overlaps == []
+
+
+async def test_owner_gone_ends_quietly_without_retry(log_guard):
+    calls: list[str] = []
+
+    async def reconcile(key):
+        calls.append(key)
+        raise OwnerGone("deleted mid-reconcile")
+
+    queue = WorkQueue("t", rate_limiter=ItemExponentialFailureRateLimiter(0.001, 0.01))
+    runner = ControllerRunner("t", queue, reconcile, workers=1, metrics=ReconcileMetrics(Registry()))
+    queue.add("ns/gone")
+    queue.add("ns/other")
+    await run_until(runner, lambda: len(calls) == 2)
+    assert runner._metrics.total.value("t", "gone") == 2
+    assert runner._metrics.total.value("t", "error") == 0
+    assert queue.num_requeues("ns/gone") == 0 and len(queue) == 0
+
+
+async def test_a_failure_that_keeps_coming_back_becomes_a_warning(caplog):
+    calls = 0
+
+    async def reconcile(key):
+        nonlocal calls
+        calls += 1
+        raise TemporaryError("api said 500")
+
+    queue = WorkQueue("t", rate_limiter=ItemExponentialFailureRateLimiter(0.0001, 0.0005))
+    runner = ControllerRunner("t", queue, reconcile, workers=1, metrics=ReconcileMetrics(Registry()))
+    queue.add("ns/flaky")
+    with caplog.at_level(logging.INFO, logger="gm.controllers"):
+        await run_until(runner, lambda: calls >= WARN_AFTER + 2)
+    retries = [r for r in caplog.records if r.getMessage() == "reconcile will retry"]
+    levels = [r.levelno for r in retries]
+    assert levels[:WARN_AFTER - 1] == [logging.INFO] * (WARN_AFTER - 1)
+    assert logging.WARNING in levels[WARN_AFTER - 1:]
+    assert all(r.key == "ns/flaky" and r.controller == "t" and r.error == "api said 500" for r in retries)

@@ -98,3 +98,47 @@ def test_ji_status_pending_running_failed():
     assert failed["status"] == "True" and "deployment e" in failed["message"]
     assert st["failed"] == 1
     assert sorted(c["type"] for c in st["conditions"]) == ["Failed", "Pending", "Running"]
+
+
+def named(name, phase, **meta):
+    return {"metadata": {"name": name, **meta}, "status": {"phase": phase}}
+
+
+def test_stranded_pod_is_not_active_and_alone_is_pending():
+    pods = [named("a", "Pending"), named("b", "Running")]
+    assert pod_counts(pods, stranded={"a"}) == (1, 0, 0)
+    assert fl_phase(pods, all_present=True, stranded={"a"}) == "Running"
+    assert fl_phase([named("a", "Pending")], all_present=True, stranded={"a"}) == "Pending"
+
+
+def test_stranded_pod_keeps_a_job_from_succeeding():
+    pods = [named("a", "Pending"), named("b", "Succeeded")]
+    assert fl_phase(pods, all_present=True, stranded={"a"}) == "Running"
+
+
+def test_waiting_condition_set_kept_and_cleared():
+    job = {"metadata": {"generation": 1}, "status": {}}
+    pods = [named("a", "Running")]
+    st = fl_status(job, pods, all_present=True, converged_generation=1, problem=None, now=T0)
+    assert find_condition(st["conditions"], "Waiting") is None  # never waited: no entry
+    waiting = ("PodTerminating", "waiting: pod a is terminating since " + T0)
+    st = fl_status({**job, "status": st}, pods, all_present=True, converged_generation=1, problem=None,
+                   now=T0, waiting=waiting)
+    cond = find_condition(st["conditions"], "Waiting")
+    assert (cond["status"], cond["reason"], cond["message"], cond["lastTransitionTime"]) == \
+        ("True", "PodTerminating", waiting[1], T0)
+    again = fl_status({**job, "status": st}, pods, all_present=True, converged_generation=1, problem=None,
+                      now=T1, waiting=waiting)
+    assert again == st  # same wait later: nothing to write
+    st = fl_status({**job, "status": st}, pods, all_present=True, converged_generation=1, problem=None, now=T1)
+    cond = find_condition(st["conditions"], "Waiting")
+    assert (cond["status"], cond["lastTransitionTime"]) == ("False", T1)
+
+
+def test_waiting_survives_the_no_pods_reset():
+    job = {"metadata": {"generation": 1}, "status": {}}
+    waiting = ("NodeNotFound", "waiting: pod a is bound to node x, which does not exist since " + T0)
+    st = fl_status(job, [], all_present=False, converged_generation=None, problem=None, now=T0, waiting=waiting)
+    st2 = fl_status({**job, "status": st}, [], all_present=False, converged_generation=None, problem=None,
+                    now=T1, waiting=waiting)
+    assert find_condition(st2["conditions"], "Waiting")["lastTransitionTime"] == T0
