@@ -86,6 +86,18 @@ def test_shared_token_mode_mounts_the_secret_on_both_sides() -> None:
     assert env["GM_TOKEN_FILE"] == f"{mounts['gm-shared-token']}/token"
 
 
+def test_two_modes_at_once_give_each_lc_one_credential() -> None:
+    """The GM may accept several modes (a migration); an LC presents exactly one token."""
+    docs = rendered(auth={"tokenReview": {"enabled": True}, "sharedToken": {"enabled": True}})
+    _, container, env, _, mounts = lc_parts(docs)
+    assert [e["name"] for e in container["env"]].count("GM_TOKEN_FILE") == 1
+    assert env["GM_TOKEN_FILE"] == f"{mounts['gm-token']}/token"
+    docs = rendered(auth={"nodeTokens": {"enabled": True}, "sharedToken": {"enabled": True}})
+    _, container, env, _, _ = lc_parts(docs)
+    assert [e["name"] for e in container["env"]].count("GM_TOKEN_FILE") == 1
+    assert env["GM_TOKEN_FILE"] == "/rootfs/etc/sedna/node-token"
+
+
 def test_gm_tls_serves_wss_and_lcs_verify_against_the_ca() -> None:
     docs = rendered(tls={"gm": {"enabled": True}})
     tls = yaml.safe_load(gm_yaml(docs))["websocket"]["tls"]  # files exist only in the pod
