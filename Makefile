@@ -25,6 +25,7 @@ lint: setup
 
 bench: setup
 	$(PY) bench/devcluster.py
+	$(PY) bench/devcluster_churn.py --gm
 	$(PY) bench/gm_converge.py
 	$(PY) bench/lc_reports.py
 	$(PY) bench/e2e_latency.py
