@@ -29,7 +29,7 @@ class MemHandler:
     def __init__(self) -> None:
         self.applied: list[tuple[str, Message]] = []
 
-    async def handle_status(self, node: str, message: Message) -> None:
+    async def handle_status(self, node: str, message: Message, *, epoch: str = "") -> None:
         if message.name == "invalid":
             raise ReportInvalid("numberOfSamples must be an integer")
         if message.name == "later":
@@ -331,7 +331,7 @@ async def test_handler_timeout_defers(make_hub: HubFactory, http: aiohttp.Client
     release = asyncio.Event()
     original = handler.handle_status
 
-    async def slow(node: str, message: Message) -> None:
+    async def slow(node: str, message: Message, *, epoch: str = "") -> None:
         if message.seq == 1:
             await release.wait()
         await original(node, message)
@@ -503,8 +503,9 @@ async def test_upstream_reconnect_learns_deletions_made_while_away(
 # ---- misc -----------------------------------------------------------------------------------
 
 
-@pytest.mark.expect_log_errors(r"hub cannot send .*exceeds the limit")
-async def test_object_that_cannot_be_encoded_is_skipped(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
+@pytest.mark.expect_log_errors(r"^sedna.gm.hub: hub cannot send$")
+async def test_object_that_cannot_be_encoded_is_skipped(make_hub: HubFactory, http: aiohttp.ClientSession,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
     hub, url = await make_hub(max_frame_bytes=4096)
     ws = await connect(http, url)
     await read_snapshot(ws)
@@ -513,6 +514,9 @@ async def test_object_that_cannot_be_encoded_is_skipped(make_hub: HubFactory, ht
     msg = await recv(ws)
     assert (msg.name, msg.body["spec"]["version"]) == ("d1", 3)
     assert hub.stats.skipped_out == 1 and hub.connected_nodes() == [NODE]
+    [record] = [r for r in caplog.records if r.getMessage() == "hub cannot send"]
+    assert (record.node, record.key) == (NODE, "default/huge")
+    assert "exceeds the limit" in record.error
 
 
 async def test_forget_node_closes_its_session(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
