@@ -28,12 +28,15 @@ class MemHandler:
 
     def __init__(self) -> None:
         self.applied: list[tuple[str, Message]] = []
+        self.epochs: list[str] = []
+        self.unavailable: set[str] = set()  # names deferred while listed here
 
     async def handle_status(self, node: str, message: Message, *, epoch: str = "") -> None:
         if message.name == "invalid":
             raise ReportInvalid("numberOfSamples must be an integer")
-        if message.name == "later":
+        if message.name == "later" or message.name in self.unavailable:
             raise ReportDeferred("api server unavailable")
+        self.epochs.append(epoch)
         if message.name == "crash":
             raise RuntimeError("handler bug")
         self.applied.append((node, message))
@@ -107,11 +110,12 @@ async def recv_close(ws: aiohttp.ClientWebSocketResponse) -> tuple[int, str]:
 
 
 async def connect(http: aiohttp.ClientSession, url: str, node: str = NODE, *, acked: int = 0,
-                  headers: Mapping[str, str] | None = None, **kw: Any) -> aiohttp.ClientWebSocketResponse:
+                  epoch: str | None = None, headers: Mapping[str, str] | None = None,
+                  **kw: Any) -> aiohttp.ClientWebSocketResponse:
     """A native client that has sent its hello and read the GM's."""
     ws = await http.ws_connect(url, headers={"Node-Name": node, **(headers or {})}, protocols=(SUBPROTOCOL,), **kw)
     assert ws.protocol == SUBPROTOCOL
-    await ws.send_bytes(encode_native(proto.hello(node, acked=acked)))
+    await ws.send_bytes(encode_native(proto.hello(node, acked=acked, epoch=epoch)))
     assert await recv(ws) == proto.hello(node, versions=(1,))
     return ws
 
@@ -345,6 +349,81 @@ async def test_handler_timeout_defers(make_hub: HubFactory, http: aiohttp.Client
     assert hub.stats.deferred == 1 and [m.seq for _, m in handler.applied] == [2]
 
 
+async def test_handler_gets_the_outbox_epoch_of_the_hello(make_hub: HubFactory, http: aiohttp.ClientSession,
+                                                           handler: MemHandler) -> None:
+    hub, url = await make_hub()
+    ws = await connect(http, url, epoch="0f3a9c")
+    await read_snapshot(ws)
+    await send_status(ws, 1, "d1")
+    assert await recv(ws) == proto.ack(1)
+    await ws.close()
+    ws = await connect(http, url)  # an LC that sends no epoch
+    await read_snapshot(ws)
+    await send_status(ws, 2, "d1")
+    assert await recv(ws) == proto.ack(2)
+    assert handler.epochs == ["0f3a9c", ""]
+
+
+async def test_deferred_report_is_not_overtaken_by_later_ones_for_its_object(
+        make_hub: HubFactory, http: aiohttp.ClientSession, handler: MemHandler) -> None:
+    hub, url = await make_hub()
+    ws = await connect(http, url)
+    await read_snapshot(ws)
+    handler.unavailable.add("d1")
+    await send_status(ws, 1, "d1")  # deferred: no ack
+    await until(lambda: hub.stats.deferred == 1, "first report deferred")
+    handler.unavailable.clear()
+    await send_status(ws, 2, "d1")  # would apply, but must not overtake 1
+    await send_status(ws, 3, "d2")  # another object goes on
+    assert await recv(ws) == proto.ack(3)
+    await send_status(ws, 2, "d1")  # resent first (e.g. its ack timeout came first): still waits
+    await send_status(ws, 1, "d1")  # the deferred one comes back and applies
+    assert await recv(ws) == proto.ack(1)
+    await send_status(ws, 2, "d1")
+    assert await recv(ws) == proto.ack(2)
+    assert [(m.name, m.seq) for _, m in handler.applied] == [("d2", 3), ("d1", 1), ("d1", 2)]
+    assert (hub.stats.deferred, hub.stats.held_back, hub.stats.status_applied) == (3, 2, 3)
+
+
+async def test_refusing_the_deferred_report_releases_the_later_ones(
+        make_hub: HubFactory, http: aiohttp.ClientSession, handler: MemHandler, source: MemSource) -> None:
+    hub, url = await make_hub()
+    ws = await connect(http, url)
+    await read_snapshot(ws)
+    handler.unavailable.add("d1")
+    await send_status(ws, 5, "d1")
+    await send_status(ws, 4, "d1")  # older than the deferred one: not held, deferred on its own
+    await until(lambda: hub.stats.deferred == 2, "both deferred")
+    handler.unavailable.clear()
+    await send_status(ws, 5, "d1")  # now held behind 4, the lowest deferred seq
+    await until(lambda: hub.stats.held_back == 1, "held")
+    source.remove(NODE, "Dataset", "d1")
+    await send_status(ws, 4, "d1")  # refused for good: acked with the reason, no longer holds 5
+    assert await recv(ws) == proto.ack(4, error="Dataset default/d1 is not assigned to node edge-1")
+    source.put(NODE, "Dataset", "d1", dataset("d1"))
+    await send_status(ws, 5, "d1")
+    assert await recv(ws) == proto.ack(5)
+    assert [m.seq for _, m in handler.applied] == [5]
+    assert (hub.stats.held_back, hub.stats.refused) == (1, 1)
+
+
+async def test_held_reports_are_forgotten_with_the_session(
+        make_hub: HubFactory, http: aiohttp.ClientSession, handler: MemHandler) -> None:
+    hub, url = await make_hub()
+    ws = await connect(http, url)
+    await read_snapshot(ws)
+    handler.unavailable.add("d1")
+    await send_status(ws, 1, "d1")
+    await until(lambda: hub.stats.deferred == 1, "deferred")
+    await ws.close()
+    handler.unavailable.clear()
+    ws = await connect(http, url)  # the LC replays in seq order in its new session
+    await read_snapshot(ws)
+    await send_status(ws, 2, "d1")
+    assert await recv(ws) == proto.ack(2)
+    assert hub.stats.held_back == 0
+
+
 # ---- broken peers ---------------------------------------------------------------------------
 
 
@@ -475,6 +554,26 @@ async def test_upstream_status_is_dispatched_without_ack(
     hub.notify_changed("Dataset", "default", "d2", None, [NODE])
     assert (await recv_text(ws))["header"]["resourceName"] == "d2"  # no ack frame came first
     assert hub.stats.acks_out == 0 and hub.connected_nodes() == [NODE]
+
+
+async def test_upstream_deferred_report_does_not_hold_later_ones(
+        make_hub: HubFactory, http: aiohttp.ClientSession, source: MemSource, handler: MemHandler) -> None:
+    """An upstream LC never resends: holding later reports behind a lost one would lose them too."""
+    hub, url = await make_hub()
+    ws = await connect_upstream(http, url)
+    for _ in source.by_node[NODE]:
+        await recv_text(ws)
+    handler.unavailable.add("d1")
+    for count in (1, 2):
+        await ws.send_str(orjson.dumps({"header": {"namespace": "default", "resourceKind": "dataset",
+                                                   "resourceName": "d1", "operation": "status"},
+                                        "content": base64.b64encode(b'{"numberOfSamples":%d}' % count).decode()})
+                          .decode())
+        await until(lambda: hub.stats.deferred == 1, "first report deferred")
+        handler.unavailable.clear()
+    await until(lambda: len(handler.applied) == 1, "second report applied")
+    assert handler.applied[0][1].body == {"numberOfSamples": 2}
+    assert hub.stats.held_back == 0 and handler.epochs == [""]
 
 
 async def test_upstream_garbage_closes_session(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
