@@ -14,6 +14,7 @@ What "newer" means depends on what the report carries:
   started again at 1; its reports are newer than anything of the old epoch. The epoch is
   opaque, not a time, so a reset LC with a wrong clock is not ignored: the price is that
   two processes claiming the same node name would each be taken as a reset of the other.
+  A native LC that sends no epoch (versions before it was added) is ordered by seq alone.
 - An upstream LC's report has no seq. Upstream LCs never resend (no acks), so arrival order
   is right; the report's own time (`ownerInfo.updateTime`, Dataset `updateTime`) is used
   when both it and the record have one: a report older than the recorded one is skipped.

@@ -315,7 +315,8 @@ async def test_status_for_unassigned_object_is_refused(make_hub: HubFactory, htt
 
 
 @pytest.mark.expect_log_errors(r"hub status handler failed")
-async def test_handler_outcomes(make_hub: HubFactory, http: aiohttp.ClientSession, handler: MemHandler) -> None:
+async def test_handler_outcomes(make_hub: HubFactory, http: aiohttp.ClientSession, handler: MemHandler,
+                                caplog: pytest.LogCaptureFixture) -> None:
     hub, url = await make_hub()
     ws = await connect(http, url)
     await read_snapshot(ws)
@@ -328,6 +329,13 @@ async def test_handler_outcomes(make_hub: HubFactory, http: aiohttp.ClientSessio
     assert [m.seq for _, m in handler.applied] == [4]
     assert (hub.stats.refused, hub.stats.deferred, hub.stats.handler_errors) == (1, 1, 1)
     assert hub.connected_nodes() == [NODE]
+    logged = {r.getMessage(): r for r in caplog.records if r.name == "sedna.gm.hub"}
+    for text, seq, name in (("hub status refused", 1, "invalid"), ("hub status deferred", 2, "later"),
+                            ("hub status handler failed", 3, "crash")):
+        record = logged[text]  # structured: the fields, not a formatted message
+        assert (record.node, record.kind, record.key, record.seq) == (NODE, "Dataset", f"default/{name}", seq)
+    assert logged["hub status refused"].reason == "numberOfSamples must be an integer"
+    assert logged["hub status handler failed"].exc_info[0] is RuntimeError
 
 
 async def test_handler_timeout_defers(make_hub: HubFactory, http: aiohttp.ClientSession, handler: MemHandler) -> None:
