@@ -184,6 +184,14 @@ class StatusWatch:
                 self.resource_version = int(obj["metadata"]["resourceVersion"])
 
 
+def workers_running(api):
+    async def check() -> bool:
+        status, _ = await read(api, JI, JI_NAME)
+        return status.get("active") == 2 and status.get("observedGeneration") == 1 and any(
+            c["type"] == "Running" and c["status"] == "True" for c in status.get("conditions") or [])
+    return check
+
+
 def worker_report(n: int) -> dict[str, Any]:
     return {"name": f"{JI_NAME}-edge-abc12", "namespace": NS, "ownerName": JI_NAME,
             "ownerKind": "jointinferenceservice", "kind": "inference", "results": [],
@@ -203,6 +211,8 @@ async def test_deferred_reports_resent_after_the_ack_timeout_never_move_the_stat
         await asyncio.wait_for(watch.opened.wait(), 10)
         await eventually(lambda: lc.store.get_resource("JointInferenceService", NS, JI_NAME),
                          within=10, message="the JI reached the LC")
+        # The faults hit every JI status write: let the GM's reconciler finish its own first.
+        await eventually(workers_running(api), within=15, message="both JI workers running")
         sedna_cluster.faults.errors = [ErrorRule(rate=0.5, verb="update", resource="jointinferenceservices")]
         async with aiohttp.ClientSession() as http:
             for n in range(1, 21):
