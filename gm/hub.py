@@ -16,8 +16,9 @@ Why it looks the way it does (each point fixes an upstream weakness, see the GM 
   handled one at a time per session, in order, and acked by sequence number once the
   handler has applied them. A frame that does not decode ends that session only.
 - A deferred report is not overtaken: until it is applied (the LC resends what has no ack),
-  later reports of the session for the same object are deferred too. The handler is given
-  the LC's outbox epoch with each report so it can order them (gm/reportorder.py).
+  later reports of the session for the same object are held, unacked, and applied in seq
+  order right after it. The handler is given the LC's outbox epoch with each report so it
+  can order them across sessions too (gm/reportorder.py).
 - Peers that do not offer the native subprotocol get upstream's JSON envelope exactly
   as upstream LCs expect it: inserts and deletes, no snapshot markers, no acks.
 """
@@ -69,6 +70,7 @@ log = logging.getLogger("sedna.gm.hub")
 CLOSE_INTERNAL_ERROR = 1011
 _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _MAX_REASON_BYTES = 123  # RFC 6455: a close frame's reason fits in 123 bytes
+MAX_HELD = 1024  # reports one session may hold behind deferred ones; beyond, the LC resends later
 
 
 class ObjectSource(Protocol):
@@ -122,8 +124,8 @@ class HubStats:
     pings_out: int = 0
     status_applied: int = 0
     refused: int = 0
-    deferred: int = 0  # includes held_back
-    held_back: int = 0  # deferred because an earlier report for the object was deferred
+    deferred: int = 0
+    held_back: int = 0  # held behind a deferred report for the same object (each report once)
     handler_errors: int = 0
     acks_out: int = 0
     skipped_out: int = 0
@@ -172,10 +174,69 @@ class _Pending:
         return list(self._items)
 
 
+class _Holds:
+    """Keeps a deferred report from being overtaken by later ones for its object (native mode).
+
+    `_unsettled[key]` holds the seqs of the object's reports that were deferred (no ack, the
+    LC will resend them); the lowest one blocks. A report with a higher seq is held in
+    `_held[key]` instead of applied, and released, lowest seq first, once it is below every
+    unsettled seq. Invariant: a held report is applied only when no lower seq of its object
+    is unsettled. Resends of a held seq replace it (the LC resends after its ack timeout).
+    """
+
+    __slots__ = ("_unsettled", "_held", "_count")
+
+    def __init__(self) -> None:
+        self._unsettled: dict[ObjKey, set[int]] = {}
+        self._held: dict[ObjKey, dict[int, Message]] = {}
+        self._count = 0
+
+    def blocker(self, key: ObjKey) -> int | None:
+        seqs = self._unsettled.get(key)
+        return min(seqs) if seqs else None
+
+    def hold(self, msg: Message) -> bool | None:
+        """Hold `msg`: True if newly held, False if it was already, None if over MAX_HELD."""
+        held = self._held.setdefault(msg.key, {})
+        if msg.seq in held:
+            held[msg.seq] = msg
+            return False
+        if self._count >= MAX_HELD:
+            return None
+        held[msg.seq] = msg
+        self._count += 1
+        return True
+
+    def record(self, msg: Message, *, settled: bool) -> None:
+        """The outcome of applying `msg`: settled (applied or refused) or deferred."""
+        seqs = self._unsettled.setdefault(msg.key, set())
+        if settled:
+            seqs.discard(msg.seq)
+        else:
+            seqs.add(msg.seq)
+        if not seqs:
+            del self._unsettled[msg.key]
+
+    def release(self, key: ObjKey) -> Message | None:
+        """The next held report of `key` that no unsettled one blocks any more, if any."""
+        held = self._held.get(key)
+        if not held:
+            return None
+        seq = min(held)
+        first = self.blocker(key)
+        if first is not None and seq > first:
+            return None
+        msg = held.pop(seq)
+        self._count -= 1
+        if not held:
+            del self._held[key]
+        return msg
+
+
 class _Session:
     """One connected node. The hub's `_sessions[node]` points at the current one."""
 
-    __slots__ = ("node", "ws", "native", "epoch", "pending", "deferred", "snapshot_count", "seq",
+    __slots__ = ("node", "ws", "native", "epoch", "pending", "holds", "snapshot_count", "seq",
                  "stopped", "stop_code", "stop_reason")
 
     def __init__(self, node: str, ws: web.WebSocketResponse, *, native: bool, epoch: str = "") -> None:
@@ -184,9 +245,7 @@ class _Session:
         self.native = native
         self.epoch = epoch  # the LC's outbox epoch from its hello ("" in upstream mode)
         self.pending = _Pending()
-        # Objects with a deferred (unacked) report in this session -> the lowest such seq.
-        # Later reports for them wait, unacked, until that one is applied or refused.
-        self.deferred: dict[ObjKey, int] = {}
+        self.holds = _Holds()
         self.snapshot_count = 0
         self.seq = 0  # last downstream seq sent in this session
         self.stopped = asyncio.Event()
@@ -513,27 +572,40 @@ class Hub:
             raise _SessionEnd(exc.close_code, str(exc)) from exc
 
     async def _on_status(self, session: _Session, msg: Message) -> None:
-        """Authorize, apply, then ack (native): refused reports are acked with the reason."""
+        """Authorize, apply, then ack (native): refused reports are acked with the reason.
+
+        Native mode: a report behind a deferred one for its object is held; whatever a
+        settled report unblocks is applied right after it, in seq order."""
+        if not session.native:
+            await self._apply(session, msg)
+            return
         if self._held_back(session, msg):
             return
+        if await self._settle(session, msg):
+            while (released := session.holds.release(msg.key)) is not None:
+                await self._settle(session, released)
+
+    async def _settle(self, session: _Session, msg: Message) -> bool:
+        """Apply one native report and ack it unless it was deferred; whether it was settled."""
         applied, error = await self._apply(session, msg)
-        if not session.native:
-            return
         settled = applied or error is not None
-        _track_deferred(session, msg, settled=settled)
+        session.holds.record(msg, settled=settled)
         if settled:
             await self._send(session.ws, encode_native(ack(msg.seq, error=error)))
             self.stats.acks_out += 1
+        return settled
 
     def _held_back(self, session: _Session, msg: Message) -> bool:
-        """Whether `msg` must wait (unacked) behind an earlier deferred report for its object."""
-        first = session.deferred.get(msg.key)
+        """Whether `msg` waits (unacked) behind an earlier deferred report for its object."""
+        first = session.holds.blocker(msg.key)
         if first is None or msg.seq <= first:
             return False
-        self.stats.deferred += 1
-        self.stats.held_back += 1
-        event(log, "hub status held behind a deferred report", node=session.node, kind=msg.kind,
-              key=f"{msg.namespace}/{msg.name}", seq=msg.seq, behind=first)
+        held = session.holds.hold(msg)
+        if held:
+            self.stats.held_back += 1
+        level = logging.WARNING if held is None else logging.INFO if held else logging.DEBUG
+        event(log, "hub status held behind a deferred report", level=level, node=session.node, kind=msg.kind,
+              key=f"{msg.namespace}/{msg.name}", seq=msg.seq, behind=first, dropped=held is None)
         return True
 
     async def _apply(self, session: _Session, msg: Message) -> tuple[bool, str | None]:
@@ -620,17 +692,6 @@ class Hub:
 
     async def _on_shutdown(self, app: web.Application) -> None:
         await self.close()
-
-
-def _track_deferred(session: _Session, msg: Message, *, settled: bool) -> None:
-    """Keep `session.deferred` at the lowest unsettled seq per object (native mode only:
-    an upstream LC never resends, so nothing would ever release its later reports)."""
-    first = session.deferred.get(msg.key)
-    if settled:
-        if first == msg.seq:
-            del session.deferred[msg.key]
-    elif first is None or msg.seq < first:
-        session.deferred[msg.key] = msg.seq
 
 
 def _first_end(node: str, group: BaseExceptionGroup) -> _SessionEnd:

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import WSMsgType, web
 
 import proto
-from gm.hub import Hub, ReportDeferred, ReportInvalid
+from gm.hub import MAX_HELD, Hub, ReportDeferred, ReportInvalid, _Holds
 from proto import SUBPROTOCOL, Message, Op, decode_native, encode_native
 from tests.hubfakes import MemSource
 
@@ -30,11 +30,13 @@ class MemHandler:
         self.applied: list[tuple[str, Message]] = []
         self.epochs: list[str] = []
         self.unavailable: set[str] = set()  # names deferred while listed here
+        self.defer_seqs: set[int] = set()  # seqs deferred while listed here
+        self.refuse_seqs: set[int] = set()  # seqs refused while listed here
 
     async def handle_status(self, node: str, message: Message, *, epoch: str = "") -> None:
-        if message.name == "invalid":
+        if message.name == "invalid" or message.seq in self.refuse_seqs:
             raise ReportInvalid("numberOfSamples must be an integer")
-        if message.name == "later" or message.name in self.unavailable:
+        if message.name == "later" or message.name in self.unavailable or message.seq in self.defer_seqs:
             raise ReportDeferred("api server unavailable")
         self.epochs.append(epoch)
         if message.name == "crash":
@@ -377,40 +379,57 @@ async def test_deferred_report_is_not_overtaken_by_later_ones_for_its_object(
     hub, url = await make_hub()
     ws = await connect(http, url)
     await read_snapshot(ws)
-    handler.unavailable.add("d1")
+    handler.defer_seqs.add(1)
     await send_status(ws, 1, "d1")  # deferred: no ack
     await until(lambda: hub.stats.deferred == 1, "first report deferred")
-    handler.unavailable.clear()
-    await send_status(ws, 2, "d1")  # would apply, but must not overtake 1
+    handler.defer_seqs.clear()
+    await send_status(ws, 2, "d1")  # would apply, but must not overtake 1: held
     await send_status(ws, 3, "d2")  # another object goes on
     assert await recv(ws) == proto.ack(3)
-    await send_status(ws, 2, "d1")  # resent first (e.g. its ack timeout came first): still waits
-    await send_status(ws, 1, "d1")  # the deferred one comes back and applies
-    assert await recv(ws) == proto.ack(1)
-    await send_status(ws, 2, "d1")
-    assert await recv(ws) == proto.ack(2)
+    await send_status(ws, 2, "d1")  # resent after the LC's ack timeout: still held, once
+    await send_status(ws, 1, "d1")  # the deferred one comes back: applied, then what it held
+    assert [await recv(ws), await recv(ws)] == [proto.ack(1), proto.ack(2)]
     assert [(m.name, m.seq) for _, m in handler.applied] == [("d2", 3), ("d1", 1), ("d1", 2)]
-    assert (hub.stats.deferred, hub.stats.held_back, hub.stats.status_applied) == (3, 2, 3)
+    assert (hub.stats.deferred, hub.stats.held_back, hub.stats.status_applied) == (1, 1, 3)
 
 
-async def test_refusing_the_deferred_report_releases_the_later_ones(
-        make_hub: HubFactory, http: aiohttp.ClientSession, handler: MemHandler, source: MemSource) -> None:
+async def test_released_report_deferred_again_keeps_holding_the_rest(
+        make_hub: HubFactory, http: aiohttp.ClientSession, handler: MemHandler) -> None:
     hub, url = await make_hub()
     ws = await connect(http, url)
     await read_snapshot(ws)
-    handler.unavailable.add("d1")
+    handler.defer_seqs.update({1, 2})
+    await send_status(ws, 1, "d1")
+    await send_status(ws, 2, "d1")
+    await send_status(ws, 3, "d1")
+    await until(lambda: hub.stats.held_back == 2, "2 and 3 held behind 1")
+    handler.defer_seqs.discard(1)
+    await send_status(ws, 1, "d1")  # applied; releases 2, which is deferred and now holds 3
+    assert await recv(ws) == proto.ack(1)
+    await until(lambda: hub.stats.deferred == 2, "2 deferred on release")
+    handler.defer_seqs.clear()
+    await send_status(ws, 3, "d1")  # the LC resends 3 first: held behind 2
+    await send_status(ws, 2, "d1")
+    assert [await recv(ws), await recv(ws)] == [proto.ack(2), proto.ack(3)]
+    assert [m.seq for _, m in handler.applied] == [1, 2, 3]
+
+
+async def test_refusing_the_deferred_report_releases_the_later_ones(
+        make_hub: HubFactory, http: aiohttp.ClientSession, handler: MemHandler) -> None:
+    hub, url = await make_hub()
+    ws = await connect(http, url)
+    await read_snapshot(ws)
+    handler.defer_seqs.update({4, 5})
     await send_status(ws, 5, "d1")
     await send_status(ws, 4, "d1")  # older than the deferred one: not held, deferred on its own
     await until(lambda: hub.stats.deferred == 2, "both deferred")
-    handler.unavailable.clear()
+    handler.defer_seqs.clear()
     await send_status(ws, 5, "d1")  # now held behind 4, the lowest deferred seq
     await until(lambda: hub.stats.held_back == 1, "held")
-    source.remove(NODE, "Dataset", "d1")
-    await send_status(ws, 4, "d1")  # refused for good: acked with the reason, no longer holds 5
-    assert await recv(ws) == proto.ack(4, error="Dataset default/d1 is not assigned to node edge-1")
-    source.put(NODE, "Dataset", "d1", dataset("d1"))
-    await send_status(ws, 5, "d1")
-    assert await recv(ws) == proto.ack(5)
+    handler.refuse_seqs.add(4)
+    await send_status(ws, 4, "d1")  # refused for good: acked with the reason, releases 5
+    assert [await recv(ws), await recv(ws)] == [proto.ack(4, error="numberOfSamples must be an integer"),
+                                                proto.ack(5)]
     assert [m.seq for _, m in handler.applied] == [5]
     assert (hub.stats.held_back, hub.stats.refused) == (1, 1)
 
@@ -639,3 +658,24 @@ async def test_forget_node_closes_its_session(make_hub: HubFactory, http: aiohtt
 def test_ping_interval_must_be_below_dead_after(source: MemSource, handler: MemHandler, ping: float, dead: float) -> None:
     with pytest.raises(ValueError, match="need 0 < ping_interval"):
         Hub(source, handler, ping_interval=ping, dead_after=dead)
+
+
+def test_holds_release_in_seq_order_below_every_unsettled_seq_and_are_bounded() -> None:
+    holds = _Holds()
+    key = ("Dataset", "default", "d1")
+
+    def status(seq: int) -> Message:
+        return Message(Op.STATUS, seq, *key, {"numberOfSamples": seq})
+
+    holds.record(status(2), settled=False)
+    holds.record(status(5), settled=False)
+    assert holds.blocker(key) == 2
+    assert [holds.hold(status(s)) for s in (4, 3, 6, 4)] == [True, True, True, False]
+    assert holds.release(key) is None  # 2 is still unsettled
+    holds.record(status(2), settled=True)
+    assert [m.seq for m in iter(lambda: holds.release(key), None)] == [3, 4]  # 6 waits for 5
+    holds.record(status(5), settled=True)
+    assert holds.release(key).seq == 6 and holds.release(key) is None and holds.blocker(key) is None
+    for seq in range(100, 100 + MAX_HELD):
+        assert holds.hold(status(seq)) is True
+    assert holds.hold(status(99)) is None
