@@ -232,4 +232,7 @@ async def test_deferred_reports_resent_after_the_ack_timeout_never_move_the_stat
             await watcher
     assert watch.numbers == sorted(watch.numbers), f"status moved backwards: {watch.numbers}"
     assert watch.numbers[-1] == 20
+    status, _ = await read(api, JI, JI_NAME)
+    [record] = status[FIELD]  # the LC's own outbox epoch came through its hello
+    assert (record["node"], record["epoch"], record["time"]) == (NODE, lc.store.outbox_epoch, "2026-01-01 10:20:00")
     assert gm.hub.stats.held_back >= 1  # later reports waited for a deferred one
