@@ -15,6 +15,10 @@ Why it looks the way it does (each point fixes an upstream weakness, see the GM 
 - Upstream reports are authorized (the object must be assigned to the reporting node),
   handled one at a time per session, in order, and acked by sequence number once the
   handler has applied them. A frame that does not decode ends that session only.
+- A deferred report is not overtaken: until it is applied (the LC resends what has no ack),
+  later reports of the session for the same object are held, unacked, and applied in seq
+  order right after it. The handler is given the LC's outbox epoch with each report so it
+  can order them across sessions too (gm/reportorder.py).
 - Peers that do not offer the native subprotocol get upstream's JSON envelope exactly
   as upstream LCs expect it: inserts and deletes, no snapshot markers, no acks.
 """
@@ -66,6 +70,7 @@ log = logging.getLogger("sedna.gm.hub")
 CLOSE_INTERNAL_ERROR = 1011
 _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _MAX_REASON_BYTES = 123  # RFC 6455: a close frame's reason fits in 123 bytes
+MAX_HELD = 1024  # reports one session may hold behind deferred ones; beyond, the LC resends later
 
 
 class ObjectSource(Protocol):
@@ -81,9 +86,12 @@ class ObjectSource(Protocol):
 
 
 class StatusHandler(Protocol):
-    """Applies one status report; raises ReportRefused or ReportDeferred when it cannot."""
+    """Applies one status report; raises ReportRefused or ReportDeferred when it cannot.
 
-    async def handle_status(self, node: str, message: Message) -> None: ...
+    `epoch` is the reporting LC's outbox epoch ("" when it sent none): `message.seq` is
+    ordered only within it."""
+
+    async def handle_status(self, node: str, message: Message, *, epoch: str = "") -> None: ...
 
 
 class HubError(Exception):
@@ -117,6 +125,7 @@ class HubStats:
     status_applied: int = 0
     refused: int = 0
     deferred: int = 0
+    held_back: int = 0  # held behind a deferred report for the same object (each report once)
     handler_errors: int = 0
     acks_out: int = 0
     skipped_out: int = 0
@@ -165,16 +174,78 @@ class _Pending:
         return list(self._items)
 
 
+class _Holds:
+    """Keeps a deferred report from being overtaken by later ones for its object (native mode).
+
+    `_unsettled[key]` holds the seqs of the object's reports that were deferred (no ack, the
+    LC will resend them); the lowest one blocks. A report with a higher seq is held in
+    `_held[key]` instead of applied, and released, lowest seq first, once it is below every
+    unsettled seq. Invariant: a held report is applied only when no lower seq of its object
+    is unsettled. Resends of a held seq replace it (the LC resends after its ack timeout).
+    """
+
+    __slots__ = ("_unsettled", "_held", "_count")
+
+    def __init__(self) -> None:
+        self._unsettled: dict[ObjKey, set[int]] = {}
+        self._held: dict[ObjKey, dict[int, Message]] = {}
+        self._count = 0
+
+    def blocker(self, key: ObjKey) -> int | None:
+        seqs = self._unsettled.get(key)
+        return min(seqs) if seqs else None
+
+    def hold(self, msg: Message) -> bool | None:
+        """Hold `msg`: True if newly held, False if it was already, None if over MAX_HELD."""
+        held = self._held.setdefault(msg.key, {})
+        if msg.seq in held:
+            held[msg.seq] = msg
+            return False
+        if self._count >= MAX_HELD:
+            return None
+        held[msg.seq] = msg
+        self._count += 1
+        return True
+
+    def record(self, msg: Message, *, settled: bool) -> None:
+        """The outcome of applying `msg`: settled (applied or refused) or deferred."""
+        seqs = self._unsettled.setdefault(msg.key, set())
+        if settled:
+            seqs.discard(msg.seq)
+        else:
+            seqs.add(msg.seq)
+        if not seqs:
+            del self._unsettled[msg.key]
+
+    def release(self, key: ObjKey) -> Message | None:
+        """The next held report of `key` that no unsettled one blocks any more, if any."""
+        held = self._held.get(key)
+        if not held:
+            return None
+        seq = min(held)
+        first = self.blocker(key)
+        if first is not None and seq > first:
+            return None
+        msg = held.pop(seq)
+        self._count -= 1
+        if not held:
+            del self._held[key]
+        return msg
+
+
 class _Session:
     """One connected node. The hub's `_sessions[node]` points at the current one."""
 
-    __slots__ = ("node", "ws", "native", "pending", "snapshot_count", "seq", "stopped", "stop_code", "stop_reason")
+    __slots__ = ("node", "ws", "native", "epoch", "pending", "holds", "snapshot_count", "seq",
+                 "stopped", "stop_code", "stop_reason")
 
-    def __init__(self, node: str, ws: web.WebSocketResponse, *, native: bool) -> None:
+    def __init__(self, node: str, ws: web.WebSocketResponse, *, native: bool, epoch: str = "") -> None:
         self.node = node
         self.ws = ws
         self.native = native
+        self.epoch = epoch  # the LC's outbox epoch from its hello ("" in upstream mode)
         self.pending = _Pending()
+        self.holds = _Holds()
         self.snapshot_count = 0
         self.seq = 0  # last downstream seq sent in this session
         self.stopped = asyncio.Event()
@@ -360,9 +431,8 @@ class Hub:
         session: _Session | None = None
         code, reason = CLOSE_NORMAL, ""
         try:
-            if native:
-                await self._handshake(node, ws)
-            session = self._open(node, ws, native=native)
+            epoch = await self._handshake(node, ws) if native else ""
+            session = self._open(node, ws, native=native, epoch=epoch)
             await self._run(session)
         except _SessionEnd as end:
             code, reason = end.code, end.reason
@@ -372,8 +442,8 @@ class Hub:
             self._record_end(node, native, code, reason)
             await self._close_ws(ws, request, code, reason)
 
-    async def _handshake(self, node: str, ws: web.WebSocketResponse) -> None:
-        """Native mode: read the LC's hello, pick a version, answer with ours."""
+    async def _handshake(self, node: str, ws: web.WebSocketResponse) -> str:
+        """Native mode: read the LC's hello, pick a version, answer with ours; the LC's outbox epoch."""
         data = await self._receive(ws, self._hello_timeout, CLOSE_HELLO_TIMEOUT)
         msg = self._decode(data, native=True)
         if msg is None or msg.op is not Op.HELLO:
@@ -384,10 +454,12 @@ class Hub:
             version = negotiate(msg.body["versions"])
         except ProtocolError as exc:
             raise _SessionEnd(exc.close_code, str(exc)) from exc
-        log.info("hub hello node=%s version=%d acked=%d", node, version, msg.body.get("acked", 0))
+        epoch = msg.body.get("epoch", "")
+        event(log, "hub hello", node=node, version=version, acked=msg.body.get("acked", 0), epoch=epoch)
         await self._send(ws, encode_native(hello(node, versions=(version,))))
+        return epoch
 
-    def _open(self, node: str, ws: web.WebSocketResponse, *, native: bool) -> _Session:
+    def _open(self, node: str, ws: web.WebSocketResponse, *, native: bool, epoch: str) -> _Session:
         """Build the session's snapshot and make it the node's session, in one step.
 
         No await happens between reading the source and registering the session, so
@@ -395,11 +467,11 @@ class Hub:
         """
         if self._closing:
             raise _SessionEnd(CLOSE_GOING_AWAY, "GM shutting down")
-        session = _Session(node, ws, native=native)
+        session = _Session(node, ws, native=native, epoch=epoch)
         try:
             objects = list(self._source.objects_for_node(node))
         except Exception as exc:  # the GM's code: a bug there must not take the hub down
-            log.exception("hub objects_for_node failed node=%s", node)
+            log.error("hub objects_for_node failed", exc_info=True, extra={"node": node})
             raise _SessionEnd(CLOSE_INTERNAL_ERROR, "GM could not build the snapshot") from exc
         for kind, namespace, name, obj in objects:
             session.pending.put((kind, namespace, name), obj)
@@ -413,7 +485,7 @@ class Hub:
             self.stats.sessions_replaced += 1
         self._sessions[node] = session
         self.stats.sessions_opened += 1
-        log.info("hub session opened node=%s mode=%s objects=%d", node, session.mode, session.snapshot_count)
+        event(log, "hub session opened", node=node, mode=session.mode, objects=session.snapshot_count)
         return session
 
     def _deregister(self, session: _Session) -> None:
@@ -455,7 +527,8 @@ class Hub:
             self.stats.sessions_dead += 1
         elif code not in (CLOSE_NORMAL, CLOSE_GOING_AWAY, CLOSE_REPLACED):
             self.stats.sessions_broken += 1
-        log.info("hub session closed node=%s mode=%s code=%d reason=%r", node, "native" if native else "upstream", code, reason)
+        event(log, "hub session closed", node=node, mode="native" if native else "upstream", code=code,
+              reason=reason)
 
     # ---- reading ----------------------------------------------------------------------
 
@@ -492,7 +565,8 @@ class Hub:
             elif session.native:
                 raise _SessionEnd(CLOSE_PROTOCOL_ERROR, f"{msg.op} is not accepted from an LC")
             else:
-                log.warning("hub ignored upstream op node=%s op=%s", session.node, msg.op)
+                event(log, "hub ignored upstream op", level=logging.WARNING, node=session.node, op=str(msg.op),
+                      kind=msg.kind, key=f"{msg.namespace}/{msg.name}")
 
     def _decode(self, data: str | bytes, *, native: bool) -> Message | None:
         """Decode one frame; protocol errors end the session (upstream's unknown ops are skipped)."""
@@ -503,37 +577,68 @@ class Hub:
         except UnknownOp as exc:
             if native:
                 raise _SessionEnd(exc.close_code, str(exc)) from exc
-            log.warning("hub ignored upstream frame: %s", exc)
+            event(log, "hub ignored upstream frame", level=logging.WARNING, error=str(exc))
             return None
         except ProtocolError as exc:
             raise _SessionEnd(exc.close_code, str(exc)) from exc
 
     async def _on_status(self, session: _Session, msg: Message) -> None:
-        """Authorize, apply, then ack (native): refused reports are acked with the reason."""
-        applied, error = await self._apply(session.node, msg)
-        if (applied or error is not None) and session.native:
+        """Authorize, apply, then ack (native): refused reports are acked with the reason.
+
+        Native mode: a report behind a deferred one for its object is held; whatever a
+        settled report unblocks is applied right after it, in seq order."""
+        if not session.native:
+            await self._apply(session, msg)
+            return
+        if self._held_back(session, msg):
+            return
+        if await self._settle(session, msg):
+            while (released := session.holds.release(msg.key)) is not None:
+                await self._settle(session, released)
+
+    async def _settle(self, session: _Session, msg: Message) -> bool:
+        """Apply one native report and ack it unless it was deferred; whether it was settled."""
+        applied, error = await self._apply(session, msg)
+        settled = applied or error is not None
+        session.holds.record(msg, settled=settled)
+        if settled:
             await self._send(session.ws, encode_native(ack(msg.seq, error=error)))
             self.stats.acks_out += 1
+        return settled
 
-    async def _apply(self, node: str, msg: Message) -> tuple[bool, str | None]:
+    def _held_back(self, session: _Session, msg: Message) -> bool:
+        """Whether `msg` waits (unacked) behind an earlier deferred report for its object."""
+        first = session.holds.blocker(msg.key)
+        if first is None or msg.seq <= first:
+            return False
+        held = session.holds.hold(msg)
+        if held:
+            self.stats.held_back += 1
+        level = logging.WARNING if held is None else logging.INFO if held else logging.DEBUG
+        event(log, "hub status held behind a deferred report", level=level, node=session.node, kind=msg.kind,
+              key=f"{msg.namespace}/{msg.name}", seq=msg.seq, behind=first, dropped=held is None)
+        return True
+
+    async def _apply(self, session: _Session, msg: Message) -> tuple[bool, str | None]:
         """(True, None) when applied, (False, reason) when refused for good, (False, None) to retry."""
-        where = f"node={node} kind={msg.kind} key={msg.namespace}/{msg.name} seq={msg.seq}"
+        node = session.node
+        where = {"node": node, "kind": msg.kind, "key": f"{msg.namespace}/{msg.name}", "seq": msg.seq}
         try:
             if not self._source.is_assigned(node, msg.kind, msg.namespace, msg.name):
                 raise ReportRefused(f"{msg.kind} {msg.namespace}/{msg.name} is not assigned to node {node}")
             async with asyncio.timeout(self._handler_timeout):
-                await self._handler.handle_status(node, msg)
+                await self._handler.handle_status(node, msg, epoch=session.epoch)
         except ReportRefused as exc:
             self.stats.refused += 1
-            log.warning("hub status refused %s reason=%r", where, str(exc))
+            event(log, "hub status refused", level=logging.WARNING, **where, reason=str(exc))
             return False, str(exc) or type(exc).__name__
         except (ReportDeferred, TimeoutError) as exc:
             self.stats.deferred += 1
-            log.warning("hub status deferred %s reason=%r", where, str(exc) or "handler timeout")
+            event(log, "hub status deferred", level=logging.WARNING, **where, reason=str(exc) or "handler timeout")
             return False, None
         except Exception:  # the GM's handler: log and let the LC resend, keep the session
             self.stats.handler_errors += 1
-            log.exception("hub status handler failed %s", where)
+            log.error("hub status handler failed", exc_info=True, extra=where)
             return False, None
         self.stats.status_applied += 1
         return True, None
@@ -567,7 +672,8 @@ class Hub:
                 data = encode_upstream(msg, max_bytes=self._max_frame_bytes)
         except ProtocolError as exc:
             self.stats.skipped_out += 1
-            log.error("hub cannot send node=%s kind=%s key=%s/%s: %s", session.node, kind, namespace, name, exc)
+            event(log, "hub cannot send", level=logging.ERROR, node=session.node, kind=kind,
+                  key=f"{namespace}/{name}", error=str(exc))
             return
         await self._send(session.ws, data)
         held = self._held.setdefault(session.node, set())
@@ -613,7 +719,7 @@ def _first_end(node: str, group: BaseExceptionGroup) -> _SessionEnd:
     ends, others = group.split(_SessionEnd)
     if others is not None:
         for exc in others.exceptions:
-            log.error("hub session task crashed node=%s", node, exc_info=exc)
+            log.error("hub session task crashed", exc_info=exc, extra={"node": node})
     if ends is not None:
         return ends.exceptions[0]
     return _SessionEnd(CLOSE_INTERNAL_ERROR, "internal error")

@@ -4,14 +4,18 @@ The hub hands every `status` report it has authorized (the object is assigned to
 reporting node) to `UpstreamStatus.handle_status`. Each handler parses the report into a
 small typed value first (pure, raising `ReportInvalid` with what is wrong), then writes
 through `StatusWriter.update`: the change is a mutation of the *latest* status, so what the
-reconcilers wrote survives, and a mutation that changes nothing writes nothing. That is
-what makes a replayed report (the LC resends what it has no ack for) harmless.
+reconcilers wrote survives, and a mutation that changes nothing writes nothing. Every
+mutation is guarded by the ordering rule of gm/reportorder.py: it applies only if the report
+is newer than the last one applied from that node (recorded in `status.lastReports`), so a
+replayed, late or deferred report never moves a status backwards.
 
 Departures from upstream (spec/upstream-gm.md §3.1-3.3, §3.11), on purpose:
 - JI metrics are sorted by key (upstream's order is Go map order, so every report churns).
 - The FL round is one `Training` condition that only moves forward (upstream appends one
   condition per round, without bound, and a late report can undo a newer round).
-- Dataset `updateTime` moves only when the count changes, so a replay is a no-op.
+- Dataset `updateTime` moves only when the count changes.
+- Reports are ordered (upstream writes whatever arrives last, so a resent report undoes newer
+  ones); the order is recorded in the extra status field `lastReports`.
 - Errors are typed for the hub: bad content is refused for good (acked with the reason),
   a missing object is refused, an API failure is deferred (no ack, the LC resends).
 
@@ -35,6 +39,7 @@ from gm.hub import ReportDeferred, ReportInvalid, ReportRefused
 from gm.kube.errors import ApiError, Conflict, Invalid, NotFound
 from gm.kube.resources import GVR
 from gm.kube.status import StatusResult, StatusWriter
+from gm.reportorder import Guard, ReportStamp
 from proto import Message
 from shared import apis
 from shared.logs import event
@@ -161,6 +166,17 @@ def _model_metrics(output: Mapping[str, Any]) -> list[Metric] | None:
     return to_metrics(metrics)
 
 
+def report_time(kind: str, body: Mapping[str, Any]) -> str:
+    """The report's own time, if it carries one: Dataset `updateTime`, else `output.ownerInfo.updateTime`."""
+    if kind == apis.DATASET.kind:
+        value = field(body, "updateTime")
+    else:
+        output = field(body, "output")
+        owner_info = field(output, "ownerInfo") if isinstance(output, Mapping) else None
+        value = field(owner_info, "updateTime") if isinstance(owner_info, Mapping) else None
+    return value if isinstance(value, str) else ""
+
+
 def round_of(condition: Mapping[str, Any] | None) -> int:
     """The round a Training condition reports (0 when it reports none)."""
     if not condition or condition.get("reason") != DO_TRAINING:
@@ -203,7 +219,7 @@ def advance_round(status: dict[str, Any], report: FLReport, *, now: str) -> dict
 # -- the handler ------------------------------------------------------------------------
 
 
-Apply = Callable[[str, str, Mapping[str, Any]], Awaitable[None]]
+Apply = Callable[[str, str, Mapping[str, Any], ReportStamp], Awaitable[None]]
 
 
 class UpstreamStatus:
@@ -221,31 +237,35 @@ class UpstreamStatus:
     def kinds(self) -> tuple[str, ...]:
         return tuple(self._handlers)
 
-    async def handle_status(self, node: str, message: Message) -> None:
+    async def handle_status(self, node: str, message: Message, *, epoch: str = "") -> None:
         handler = self._handlers.get(message.kind)
         if handler is None:
             raise ReportRefused(f"the GM takes no status reports for kind {message.kind!r}")
-        await handler(message.namespace, message.name, message.body or {})
-        event(log, "status applied", level=logging.DEBUG, node=node, kind=message.kind,
+        body = message.body or {}
+        stamp = ReportStamp(node, epoch, message.seq, report_time(message.kind, body))
+        await handler(message.namespace, message.name, body, stamp)
+        event(log, "status handled", level=logging.DEBUG, node=node, kind=message.kind,
               key=f"{message.namespace}/{message.name}", seq=message.seq)
 
-    async def _dataset(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+    async def _dataset(self, namespace: str, name: str, body: Mapping[str, Any], stamp: ReportStamp) -> None:
         count = parse_dataset_report(body)
         now = now_rfc3339()
-        await self._write(DATASETS, apis.DATASET.kind, namespace, name,
+        await self._write(DATASETS, apis.DATASET.kind, namespace, name, stamp,
                           lambda s: set_sample_count(s, count, now=now))
 
-    async def _joint_inference(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+    async def _joint_inference(self, namespace: str, name: str, body: Mapping[str, Any],
+                               stamp: ReportStamp) -> None:
         metrics = parse_ji_report(body)
         if metrics is None:
             return
-        await self._write(JI, apis.JOINT_INFERENCE.kind, namespace, name,
+        await self._write(JI, apis.JOINT_INFERENCE.kind, namespace, name, stamp,
                           lambda s: set_metrics(s, metrics))
 
-    async def _federated_learning(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+    async def _federated_learning(self, namespace: str, name: str, body: Mapping[str, Any],
+                                  stamp: ReportStamp) -> None:
         report = parse_fl_report(body)
         now = now_rfc3339()
-        result = await self._write(FL, apis.FEDERATED_LEARNING.kind, namespace, name,
+        result = await self._write(FL, apis.FEDERATED_LEARNING.kind, namespace, name, stamp,
                                    lambda s: advance_round(s, report, now=now))
         if report.metrics is None:
             return
@@ -254,19 +274,21 @@ class UpstreamStatus:
             event(log, "FL report has model metrics but the job names no aggregation model",
                   level=logging.WARNING, key=f"{namespace}/{name}")
             return
-        try:
-            await self._write(MODELS, apis.MODEL.kind, namespace, model,
+        try:  # the Model records its own order: a resent report may still owe it the metrics
+            await self._write(MODELS, apis.MODEL.kind, namespace, model, stamp,
                               lambda s: set_metrics(s, report.metrics, now=now))
         except ReportRefused as exc:  # the job's round is applied; the Model is just missing
             event(log, "FL model metrics dropped", level=logging.WARNING,
                   key=f"{namespace}/{name}", model=model, reason=str(exc))
 
-    async def _write(self, gvr: GVR, kind: str, namespace: str, name: str,
+    async def _write(self, gvr: GVR, kind: str, namespace: str, name: str, stamp: ReportStamp,
                      mutate: Callable[[dict[str, Any]], dict[str, Any]]) -> StatusResult:
-        """StatusWriter.update with API errors mapped to the hub's refuse/defer."""
+        """StatusWriter.update, applied only if the report is newer than the status records
+        for its node, with API errors mapped to the hub's refuse/defer."""
         what = f"{kind} {namespace}/{name}"
+        guard = Guard(stamp, mutate)
         try:
-            return await self._status.update(gvr, namespace, name, mutate)
+            result = await self._status.update(gvr, namespace, name, guard)
         except NotFound:
             raise ReportRefused(f"{what} does not exist") from None
         except Invalid as exc:
@@ -275,3 +297,7 @@ class UpstreamStatus:
             raise ReportDeferred(f"{what}: status kept changing under us: {exc.message}") from None
         except ApiError as exc:
             raise ReportDeferred(f"writing the status of {what}: {exc}") from None
+        if guard.stale:
+            event(log, "report not newer than the status, skipped", level=logging.DEBUG, node=stamp.node,
+                  kind=kind, key=f"{namespace}/{name}", seq=stamp.seq, report_time=stamp.time)
+        return result

@@ -140,7 +140,8 @@ class Session:
             # Upstream's LC opens with a bare header; upstream GMs tolerate and drop it.
             await self._send(encode_upstream(hello(self.p.node)))
             return
-        await self._send(encode_native(hello(self.p.node, acked=self._info.highest_acked)))
+        await self._send(encode_native(hello(self.p.node, acked=self._info.highest_acked,
+                                             epoch=self._store.outbox_epoch)))
         msg = await self._next_message(self.p.hello_timeout, "the GM's hello")
         if msg is None or msg.op is not Op.HELLO:
             raise SessionEnded(f"first frame from the GM must be hello, got {msg.op if msg else None}",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import sqlite3
 import time
 from collections.abc import Callable
@@ -53,6 +54,7 @@ CREATE TABLE IF NOT EXISTS lc_workers (
     report TEXT NOT NULL, received_at REAL NOT NULL, routed_kind TEXT,
     PRIMARY KEY (namespace, name)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS lc_workers_owner ON lc_workers (namespace, owner_name);
+CREATE TABLE IF NOT EXISTS lc_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 """
 
 
@@ -106,6 +108,7 @@ class Store:
         self._outbox_grew = asyncio.Event()  # replaced by a fresh one after every set
         self._outbox_size = 0
         self._last_seq = 0
+        self.outbox_epoch = ""  # set at open, see _outbox_epoch
         self._open = True
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -123,6 +126,7 @@ class Store:
             raise
         store = cls(path, executor, conn, observe=observe)
         store._outbox_size, store._last_seq = await store._read(_outbox_counts)
+        store.outbox_epoch = await store._read(_outbox_epoch)
         store._committer.start()
         return store
 
@@ -355,6 +359,18 @@ def _append_op(rows: list[tuple[str, str, str, str]]) -> Op:
             seqs.append(cur.lastrowid)
         return seqs
     return op
+
+
+def _outbox_epoch(conn: sqlite3.Connection) -> str:
+    """The random id this database's outbox got when it was first opened.
+
+    Outbox seqs only grow within one database file; a wiped file starts again at 1. The GM
+    orders a node's reports by (epoch, seq), so a new file (new epoch) is not mistaken for
+    a replay of the old one's first reports. Autocommit: the INSERT is durable at once.
+    """
+    conn.execute("INSERT OR IGNORE INTO lc_meta (key, value) VALUES ('outbox_epoch', ?)",
+                 (secrets.token_hex(8),))
+    return conn.execute("SELECT value FROM lc_meta WHERE key = 'outbox_epoch'").fetchone()[0]
 
 
 def _outbox_counts(conn: sqlite3.Connection) -> tuple[int, int]:

@@ -7,9 +7,10 @@ that builds a malformed message fails at the point of construction.
 
 Operations and what they carry:
 
-- `hello`: first frame each way in native mode. body `{"node", "versions", "acked"?}`.
-  The LC lists the versions it speaks and the highest status seq the GM has acked; the GM
-  answers with the single version it chose.
+- `hello`: first frame each way in native mode. body `{"node", "versions", "acked"?, "epoch"?}`.
+  The LC lists the versions it speaks, the highest status seq the GM has acked and the
+  epoch of its outbox (status seqs are ordered only within one epoch: a new outbox starts
+  again at 1 under a new epoch); the GM answers with the single version it chose.
 - `snapshot`: body `{"phase": "begin"}` or `{"phase": "end", "count": N}`. Between the
   two markers the GM sends the node's whole desired state as ordinary `upsert` frames
   (so a snapshot of thousands of objects is thousands of small frames); at `end` the LC
@@ -41,6 +42,7 @@ MAX_FRAME_BYTES = 8 * 1024 * 1024
 """Default frame limit. Kubernetes objects stop at ~1.5 MiB in etcd, reports are small."""
 
 MAX_SEQ = 2**63 - 1
+MAX_EPOCH = 64
 _MAX_KIND = 63
 _MAX_NAMESPACE = 63
 _MAX_NAME = 253
@@ -128,6 +130,9 @@ def _rule_hello(m: Message) -> None:
     acked = body.get("acked", 0)
     if isinstance(acked, bool) or not isinstance(acked, int) or not 0 <= acked <= MAX_SEQ:
         raise InvalidFrame(f"hello body.acked must be a non-negative integer, got {acked!r}")
+    epoch = body.get("epoch", "")
+    if not isinstance(epoch, str) or len(epoch) > MAX_EPOCH:
+        raise InvalidFrame(f"hello body.epoch must be a string of at most {MAX_EPOCH} characters, got {epoch!r:.80}")
 
 
 def _rule_snapshot(m: Message) -> None:
@@ -166,11 +171,15 @@ def parse_op(value: object) -> Op:
         raise UnknownOp(value) from None
 
 
-def hello(node: str, *, versions: tuple[int, ...] = PROTOCOL_VERSIONS, acked: int | None = None) -> Message:
-    """A hello: the LC lists every version it speaks and its acked seq, the GM the version it chose."""
+def hello(node: str, *, versions: tuple[int, ...] = PROTOCOL_VERSIONS, acked: int | None = None,
+          epoch: str | None = None) -> Message:
+    """A hello: the LC lists every version it speaks, its acked seq and its outbox epoch; the GM
+    the version it chose."""
     body: dict[str, Any] = {"node": node, "versions": list(versions)}
     if acked is not None:
         body["acked"] = acked
+    if epoch is not None:
+        body["epoch"] = epoch
     return Message(Op.HELLO, body=body)
 
 

@@ -39,7 +39,7 @@ class MemHandler:
         self.defer: dict[str, int] = {}  # name -> how many more times to defer its reports
         self.deferred = 0
 
-    async def handle_status(self, node: str, message: Message) -> None:
+    async def handle_status(self, node: str, message: Message, *, epoch: str = "") -> None:
         if self.defer.get(message.name, 0) > 0:
             self.defer[message.name] -= 1
             self.deferred += 1

@@ -22,6 +22,7 @@ import yaml
 
 from devcluster import schema as server_schema
 from gm.config import parse_config
+from gm.reportorder import FIELD
 from lc.config import load as load_lc_config
 from shared import apis
 
@@ -660,3 +661,21 @@ def test_cluster_role_covers_what_the_gm_does():
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                   "name": role["metadata"]["name"]}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "sedna", "namespace": "sedna"}]
+
+
+@pytest.mark.parametrize("kind", ["Dataset", "JointInferenceService", "FederatedLearningJob", "Model"])
+def test_status_keeps_the_report_order_record(kind):
+    """The GM records the last applied report per node in status.lastReports: the schema must
+    admit it, or the API server prunes it and every replay would be applied again."""
+    obj = _example(kind)
+    obj["status"] = {FIELD: [{"node": "edge-node-1", "epoch": "9f2c01d4e5a6b7c8", "seq": 2**40},
+                             {"node": "cloud", "time": "2025-03-01 10:00:30"}]}
+    if kind == "Dataset":
+        obj["status"]["numberOfSamples"] = 3
+    assert validate(crd_schema(kind), obj) == []
+    stored, errors = server_check(kind, obj)
+    assert errors == []
+    assert stored["status"] == obj["status"]
+    bad = copy.deepcopy(obj)
+    bad["status"][FIELD][0]["seq"] = "2"
+    assert validate(crd_schema(kind), bad) == [f".status.{FIELD}[0].seq: expected integer, got str"]

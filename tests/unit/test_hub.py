@@ -15,7 +15,7 @@ from aiohttp import WSMsgType, web
 
 import proto
 from gm.auth import NodeAuth, NodeTokens, NodeTokenTable, TokenReviewAuth
-from gm.hub import Hub, ReportDeferred, ReportInvalid
+from gm.hub import MAX_HELD, Hub, ReportDeferred, ReportInvalid, _Holds
 from gm.kube.errors import Unavailable
 from gm.kube.tokenreview import NODE_NAME_EXTRA, TokenReviewResult
 from proto import SUBPROTOCOL, Message, Op, decode_native, encode_native
@@ -31,12 +31,17 @@ class MemHandler:
 
     def __init__(self) -> None:
         self.applied: list[tuple[str, Message]] = []
+        self.epochs: list[str] = []
+        self.unavailable: set[str] = set()  # names deferred while listed here
+        self.defer_seqs: set[int] = set()  # seqs deferred while listed here
+        self.refuse_seqs: set[int] = set()  # seqs refused while listed here
 
-    async def handle_status(self, node: str, message: Message) -> None:
-        if message.name == "invalid":
+    async def handle_status(self, node: str, message: Message, *, epoch: str = "") -> None:
+        if message.name == "invalid" or message.seq in self.refuse_seqs:
             raise ReportInvalid("numberOfSamples must be an integer")
-        if message.name == "later":
+        if message.name == "later" or message.name in self.unavailable or message.seq in self.defer_seqs:
             raise ReportDeferred("api server unavailable")
+        self.epochs.append(epoch)
         if message.name == "crash":
             raise RuntimeError("handler bug")
         self.applied.append((node, message))
@@ -110,11 +115,12 @@ async def recv_close(ws: aiohttp.ClientWebSocketResponse) -> tuple[int, str]:
 
 
 async def connect(http: aiohttp.ClientSession, url: str, node: str = NODE, *, acked: int = 0,
-                  headers: Mapping[str, str] | None = None, **kw: Any) -> aiohttp.ClientWebSocketResponse:
+                  epoch: str | None = None, headers: Mapping[str, str] | None = None,
+                  **kw: Any) -> aiohttp.ClientWebSocketResponse:
     """A native client that has sent its hello and read the GM's."""
     ws = await http.ws_connect(url, headers={"Node-Name": node, **(headers or {})}, protocols=(SUBPROTOCOL,), **kw)
     assert ws.protocol == SUBPROTOCOL
-    await ws.send_bytes(encode_native(proto.hello(node, acked=acked)))
+    await ws.send_bytes(encode_native(proto.hello(node, acked=acked, epoch=epoch)))
     assert await recv(ws) == proto.hello(node, versions=(1,))
     return ws
 
@@ -314,7 +320,8 @@ async def test_status_for_unassigned_object_is_refused(make_hub: HubFactory, htt
 
 
 @pytest.mark.expect_log_errors(r"hub status handler failed")
-async def test_handler_outcomes(make_hub: HubFactory, http: aiohttp.ClientSession, handler: MemHandler) -> None:
+async def test_handler_outcomes(make_hub: HubFactory, http: aiohttp.ClientSession, handler: MemHandler,
+                                caplog: pytest.LogCaptureFixture) -> None:
     hub, url = await make_hub()
     ws = await connect(http, url)
     await read_snapshot(ws)
@@ -327,6 +334,13 @@ async def test_handler_outcomes(make_hub: HubFactory, http: aiohttp.ClientSessio
     assert [m.seq for _, m in handler.applied] == [4]
     assert (hub.stats.refused, hub.stats.deferred, hub.stats.handler_errors) == (1, 1, 1)
     assert hub.connected_nodes() == [NODE]
+    logged = {r.getMessage(): r for r in caplog.records if r.name == "sedna.gm.hub"}
+    for text, seq, name in (("hub status refused", 1, "invalid"), ("hub status deferred", 2, "later"),
+                            ("hub status handler failed", 3, "crash")):
+        record = logged[text]  # structured: the fields, not a formatted message
+        assert (record.node, record.kind, record.key, record.seq) == (NODE, "Dataset", f"default/{name}", seq)
+    assert logged["hub status refused"].reason == "numberOfSamples must be an integer"
+    assert logged["hub status handler failed"].exc_info[0] is RuntimeError
 
 
 async def test_handler_timeout_defers(make_hub: HubFactory, http: aiohttp.ClientSession, handler: MemHandler) -> None:
@@ -334,7 +348,7 @@ async def test_handler_timeout_defers(make_hub: HubFactory, http: aiohttp.Client
     release = asyncio.Event()
     original = handler.handle_status
 
-    async def slow(node: str, message: Message) -> None:
+    async def slow(node: str, message: Message, *, epoch: str = "") -> None:
         if message.seq == 1:
             await release.wait()
         await original(node, message)
@@ -346,6 +360,98 @@ async def test_handler_timeout_defers(make_hub: HubFactory, http: aiohttp.Client
     await send_status(ws, 2, "d2")
     assert await recv(ws) == proto.ack(2)
     assert hub.stats.deferred == 1 and [m.seq for _, m in handler.applied] == [2]
+
+
+async def test_handler_gets_the_outbox_epoch_of_the_hello(make_hub: HubFactory, http: aiohttp.ClientSession,
+                                                           handler: MemHandler) -> None:
+    hub, url = await make_hub()
+    ws = await connect(http, url, epoch="0f3a9c")
+    await read_snapshot(ws)
+    await send_status(ws, 1, "d1")
+    assert await recv(ws) == proto.ack(1)
+    await ws.close()
+    ws = await connect(http, url)  # an LC that sends no epoch
+    await read_snapshot(ws)
+    await send_status(ws, 2, "d1")
+    assert await recv(ws) == proto.ack(2)
+    assert handler.epochs == ["0f3a9c", ""]
+
+
+async def test_deferred_report_is_not_overtaken_by_later_ones_for_its_object(
+        make_hub: HubFactory, http: aiohttp.ClientSession, handler: MemHandler) -> None:
+    hub, url = await make_hub()
+    ws = await connect(http, url)
+    await read_snapshot(ws)
+    handler.defer_seqs.add(1)
+    await send_status(ws, 1, "d1")  # deferred: no ack
+    await until(lambda: hub.stats.deferred == 1, "first report deferred")
+    handler.defer_seqs.clear()
+    await send_status(ws, 2, "d1")  # would apply, but must not overtake 1: held
+    await send_status(ws, 3, "d2")  # another object goes on
+    assert await recv(ws) == proto.ack(3)
+    await send_status(ws, 2, "d1")  # resent after the LC's ack timeout: still held, once
+    await send_status(ws, 1, "d1")  # the deferred one comes back: applied, then what it held
+    assert [await recv(ws), await recv(ws)] == [proto.ack(1), proto.ack(2)]
+    assert [(m.name, m.seq) for _, m in handler.applied] == [("d2", 3), ("d1", 1), ("d1", 2)]
+    assert (hub.stats.deferred, hub.stats.held_back, hub.stats.status_applied) == (1, 1, 3)
+
+
+async def test_released_report_deferred_again_keeps_holding_the_rest(
+        make_hub: HubFactory, http: aiohttp.ClientSession, handler: MemHandler) -> None:
+    hub, url = await make_hub()
+    ws = await connect(http, url)
+    await read_snapshot(ws)
+    handler.defer_seqs.update({1, 2})
+    await send_status(ws, 1, "d1")
+    await send_status(ws, 2, "d1")
+    await send_status(ws, 3, "d1")
+    await until(lambda: hub.stats.held_back == 2, "2 and 3 held behind 1")
+    handler.defer_seqs.discard(1)
+    await send_status(ws, 1, "d1")  # applied; releases 2, which is deferred and now holds 3
+    assert await recv(ws) == proto.ack(1)
+    await until(lambda: hub.stats.deferred == 2, "2 deferred on release")
+    handler.defer_seqs.clear()
+    await send_status(ws, 3, "d1")  # the LC resends 3 first: held behind 2
+    await send_status(ws, 2, "d1")
+    assert [await recv(ws), await recv(ws)] == [proto.ack(2), proto.ack(3)]
+    assert [m.seq for _, m in handler.applied] == [1, 2, 3]
+
+
+async def test_refusing_the_deferred_report_releases_the_later_ones(
+        make_hub: HubFactory, http: aiohttp.ClientSession, handler: MemHandler) -> None:
+    hub, url = await make_hub()
+    ws = await connect(http, url)
+    await read_snapshot(ws)
+    handler.defer_seqs.update({4, 5})
+    await send_status(ws, 5, "d1")
+    await send_status(ws, 4, "d1")  # older than the deferred one: not held, deferred on its own
+    await until(lambda: hub.stats.deferred == 2, "both deferred")
+    handler.defer_seqs.clear()
+    await send_status(ws, 5, "d1")  # now held behind 4, the lowest deferred seq
+    await until(lambda: hub.stats.held_back == 1, "held")
+    handler.refuse_seqs.add(4)
+    await send_status(ws, 4, "d1")  # refused for good: acked with the reason, releases 5
+    assert [await recv(ws), await recv(ws)] == [proto.ack(4, error="numberOfSamples must be an integer"),
+                                                proto.ack(5)]
+    assert [m.seq for _, m in handler.applied] == [5]
+    assert (hub.stats.held_back, hub.stats.refused) == (1, 1)
+
+
+async def test_held_reports_are_forgotten_with_the_session(
+        make_hub: HubFactory, http: aiohttp.ClientSession, handler: MemHandler) -> None:
+    hub, url = await make_hub()
+    ws = await connect(http, url)
+    await read_snapshot(ws)
+    handler.unavailable.add("d1")
+    await send_status(ws, 1, "d1")
+    await until(lambda: hub.stats.deferred == 1, "deferred")
+    await ws.close()
+    handler.unavailable.clear()
+    ws = await connect(http, url)  # the LC replays in seq order in its new session
+    await read_snapshot(ws)
+    await send_status(ws, 2, "d1")
+    assert await recv(ws) == proto.ack(2)
+    assert hub.stats.held_back == 0
 
 
 # ---- broken peers ---------------------------------------------------------------------------
@@ -480,6 +586,26 @@ async def test_upstream_status_is_dispatched_without_ack(
     assert hub.stats.acks_out == 0 and hub.connected_nodes() == [NODE]
 
 
+async def test_upstream_deferred_report_does_not_hold_later_ones(
+        make_hub: HubFactory, http: aiohttp.ClientSession, source: MemSource, handler: MemHandler) -> None:
+    """An upstream LC never resends: holding later reports behind a lost one would lose them too."""
+    hub, url = await make_hub()
+    ws = await connect_upstream(http, url)
+    for _ in source.by_node[NODE]:
+        await recv_text(ws)
+    handler.unavailable.add("d1")
+    for count in (1, 2):
+        await ws.send_str(orjson.dumps({"header": {"namespace": "default", "resourceKind": "dataset",
+                                                   "resourceName": "d1", "operation": "status"},
+                                        "content": base64.b64encode(b'{"numberOfSamples":%d}' % count).decode()})
+                          .decode())
+        await until(lambda: hub.stats.deferred == 1, "first report deferred")
+        handler.unavailable.clear()
+    await until(lambda: len(handler.applied) == 1, "second report applied")
+    assert handler.applied[0][1].body == {"numberOfSamples": 2}
+    assert hub.stats.held_back == 0 and handler.epochs == [""]
+
+
 async def test_upstream_garbage_closes_session(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
     hub, url = await make_hub()
     ws = await connect_upstream(http, url)
@@ -506,8 +632,9 @@ async def test_upstream_reconnect_learns_deletions_made_while_away(
 # ---- misc -----------------------------------------------------------------------------------
 
 
-@pytest.mark.expect_log_errors(r"hub cannot send .*exceeds the limit")
-async def test_object_that_cannot_be_encoded_is_skipped(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
+@pytest.mark.expect_log_errors(r"^sedna.gm.hub: hub cannot send$")
+async def test_object_that_cannot_be_encoded_is_skipped(make_hub: HubFactory, http: aiohttp.ClientSession,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
     hub, url = await make_hub(max_frame_bytes=4096)
     ws = await connect(http, url)
     await read_snapshot(ws)
@@ -516,6 +643,9 @@ async def test_object_that_cannot_be_encoded_is_skipped(make_hub: HubFactory, ht
     msg = await recv(ws)
     assert (msg.name, msg.body["spec"]["version"]) == ("d1", 3)
     assert hub.stats.skipped_out == 1 and hub.connected_nodes() == [NODE]
+    [record] = [r for r in caplog.records if r.getMessage() == "hub cannot send"]
+    assert (record.node, record.key) == (NODE, "default/huge")
+    assert "exceeds the limit" in record.error
 
 
 async def test_forget_node_closes_its_session(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
@@ -666,3 +796,24 @@ async def test_shared_token_proves_membership_not_the_node(make_hub: HubFactory,
 def test_token_and_authenticator_are_exclusive(source: MemSource, handler: MemHandler) -> None:
     with pytest.raises(ValueError, match="not both"):
         Hub(source, handler, token="s3cret", auth=node_tokens())
+
+
+def test_holds_release_in_seq_order_below_every_unsettled_seq_and_are_bounded() -> None:
+    holds = _Holds()
+    key = ("Dataset", "default", "d1")
+
+    def status(seq: int) -> Message:
+        return Message(Op.STATUS, seq, *key, {"numberOfSamples": seq})
+
+    holds.record(status(2), settled=False)
+    holds.record(status(5), settled=False)
+    assert holds.blocker(key) == 2
+    assert [holds.hold(status(s)) for s in (4, 3, 6, 4)] == [True, True, True, False]
+    assert holds.release(key) is None  # 2 is still unsettled
+    holds.record(status(2), settled=True)
+    assert [m.seq for m in iter(lambda: holds.release(key), None)] == [3, 4]  # 6 waits for 5
+    holds.record(status(5), settled=True)
+    assert holds.release(key).seq == 6 and holds.release(key) is None and holds.blocker(key) is None
+    for seq in range(100, 100 + MAX_HELD):
+        assert holds.hold(status(seq)) is True
+    assert holds.hold(status(99)) is None

@@ -68,6 +68,28 @@ async def test_seq_never_reused_after_ack_and_reopen(tmp_path: Path) -> None:
         await s.close()
 
 
+def _wipe(directory: Path) -> None:
+    for leftover in directory.iterdir():
+        leftover.unlink()
+
+
+async def test_outbox_epoch_is_kept_across_reopen_and_new_with_a_new_file(tmp_path: Path) -> None:
+    path = tmp_path / "lc.db"
+    s = await Store.open(str(path))
+    epoch = s.outbox_epoch
+    await s.close()
+    s = await Store.open(str(path))
+    assert s.outbox_epoch == epoch and len(epoch) == 16
+    await s.close()
+    _wipe(tmp_path)  # the outbox is gone: seqs start again at 1
+    s = await Store.open(str(path))
+    try:
+        assert s.outbox_epoch != epoch
+        assert await s.append_report("Dataset", "ns", "a", {"numberOfSamples": 1}) == 1
+    finally:
+        await s.close()
+
+
 async def test_group_commit_batches_concurrent_appends(store: Store) -> None:
     before = store.transactions
     seqs = await asyncio.gather(*(store.append_report("JointInferenceService", "ns", "ji",

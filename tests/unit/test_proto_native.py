@@ -32,6 +32,7 @@ def pack(frame: object) -> bytes:
     "msg",
     [
         pytest.param(proto.hello("edge-1", versions=(1, 2), acked=41), id="hello"),
+        pytest.param(proto.hello("edge-1", acked=41, epoch="9f2c01d4e5a6b7c8"), id="hello-epoch"),
         pytest.param(proto.snapshot_begin(1), id="snapshot-begin"),
         pytest.param(proto.snapshot_end(1200, 1202), id="snapshot-end"),
         pytest.param(Message(Op.UPSERT, 7, "Dataset", "default", "d1", DATASET), id="upsert"),
@@ -95,6 +96,10 @@ def test_native_body_floats_and_nulls_survive() -> None:
                      "hello body.node must be a non-empty string", id="hello-empty-node"),
         pytest.param(pack({"op": "hello", "body": {"node": "n", "versions": [1], "acked": -2}}), InvalidFrame,
                      "hello body.acked must be a non-negative integer", id="hello-bad-acked"),
+        pytest.param(pack({"op": "hello", "body": {"node": "n", "versions": [1], "epoch": 7}}), InvalidFrame,
+                     "hello body.epoch must be a string of at most 64 characters", id="hello-epoch-int"),
+        pytest.param(pack({"op": "hello", "body": {"node": "n", "versions": [1], "epoch": "e" * 65}}), InvalidFrame,
+                     "hello body.epoch must be a string of at most 64 characters", id="hello-epoch-long"),
         pytest.param(pack({"op": "snapshot", "body": {"phase": "middle"}}), InvalidFrame,
                      "snapshot body.phase must be 'begin' or 'end', got 'middle'", id="snapshot-phase"),
         pytest.param(pack({"op": "snapshot", "body": {"phase": "end"}}), InvalidFrame,
