@@ -294,7 +294,7 @@ class HubMetrics:
     _SESSIONS = {"opened": "sessions_opened", "replaced": "sessions_replaced", "dead": "sessions_dead",
                  "broken": "sessions_broken", "rejected": "handshakes_rejected"}
     _REPORTS = {"applied": "status_applied", "refused": "refused", "deferred": "deferred",
-                "error": "handler_errors"}
+                "held": "held_back", "error": "handler_errors"}
     _FRAMES = {"in": "frames_in", "out": "frames_out", "ping": "pings_out", "ack": "acks_out",
                "skipped": "skipped_out"}
 

@@ -471,7 +471,7 @@ class Hub:
         try:
             objects = list(self._source.objects_for_node(node))
         except Exception as exc:  # the GM's code: a bug there must not take the hub down
-            log.error("hub objects_for_node failed", exc_info=True, extra={"node": node})
+            event(log, "hub objects_for_node failed", level=logging.ERROR, exc_info=True, node=node)
             raise _SessionEnd(CLOSE_INTERNAL_ERROR, "GM could not build the snapshot") from exc
         for kind, namespace, name, obj in objects:
             session.pending.put((kind, namespace, name), obj)
@@ -638,7 +638,7 @@ class Hub:
             return False, None
         except Exception:  # the GM's handler: log and let the LC resend, keep the session
             self.stats.handler_errors += 1
-            log.error("hub status handler failed", exc_info=True, extra=where)
+            event(log, "hub status handler failed", level=logging.ERROR, exc_info=True, **where)
             return False, None
         self.stats.status_applied += 1
         return True, None
@@ -719,7 +719,7 @@ def _first_end(node: str, group: BaseExceptionGroup) -> _SessionEnd:
     ends, others = group.split(_SessionEnd)
     if others is not None:
         for exc in others.exceptions:
-            log.error("hub session task crashed", exc_info=exc, extra={"node": node})
+            event(log, "hub session task crashed", level=logging.ERROR, exc_info=exc, node=node)
     if ends is not None:
         return ends.exceptions[0]
     return _SessionEnd(CLOSE_INTERNAL_ERROR, "internal error")

@@ -139,8 +139,9 @@ def setup(level: str = "info", fmt: str = "text") -> None:
     root.setLevel(level.upper())
 
 
-def event(logger: logging.Logger, msg: str, /, *, level: int = logging.INFO, exc_info: bool = False,
+def event(logger: logging.Logger, msg: str, /, *, level: int = logging.INFO,
+          exc_info: bool | BaseException = False,
           **fields: Any) -> None:
     """Log `msg` with structured fields (reserved names renamed, see the module docstring);
-    `exc_info=True` adds the exception being handled."""
+    `exc_info=True` adds the exception being handled (or pass the exception)."""
     logger.log(level, msg, extra=_extra(fields), exc_info=exc_info, stacklevel=2)
