@@ -93,6 +93,7 @@ class Supervised:
         self._on_fatal = on_fatal
         self._log = logger
         self._task: asyncio.Task[None] | None = None
+        self._ending = False  # the owner is ending the task: its end is not a failure
 
     @property
     def running(self) -> bool:
@@ -105,8 +106,14 @@ class Supervised:
         self._task = asyncio.create_task(self._supervise(), name=f"supervise {self.name}")
         return self._task
 
+    def expect_end(self) -> None:
+        """The owner is ending the task by other means (e.g. shutting down its queue): when
+        the current run ends, supervision ends with it, unreported."""
+        self._ending = True
+
     async def stop(self, within: float) -> bool:
         """Cancel the task and wait at most `within` seconds; False (and logged) if it hung."""
+        self._ending = True
         task = self._task
         if task is None or task.done():
             return True
@@ -129,6 +136,8 @@ class Supervised:
                 run.cancel()
                 await asyncio.gather(run, return_exceptions=True)  # a second cancel cuts this short
                 raise
+            if self._ending:
+                return
             why = _ending(run)
             if isinstance(self.policy, FailFast):
                 self._fatal(why)

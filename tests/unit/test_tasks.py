@@ -175,3 +175,15 @@ def test_restart_backoff_doubles_to_the_cap():
 def test_fail_fast_without_a_handler_is_refused():
     with pytest.raises(ValueError, match="on_fatal"):
         Supervised(Runs("block"), name="x", policy=FailFast())
+
+
+async def test_an_end_the_owner_expects_is_not_reported():
+    fatal: list[tuple[str, str]] = []
+    body = Runs("block")
+    sup = Supervised(body, name="controllers", policy=FailFast(), on_fatal=lambda n, w: fatal.append((n, w)))
+    supervisor = sup.start()
+    await eventually(lambda: body.blocked.is_set(), message="running")
+    sup.expect_end()  # e.g. the owner shuts its queue down and the run returns
+    sup.current.cancel()
+    await asyncio.wait_for(supervisor, 1)
+    assert fatal == [] and body.started == 1
