@@ -271,6 +271,10 @@ class InformerFactory:
         self._tasks.clear()
         self._started = False
 
+    def all(self) -> list[SharedInformer]:
+        """Every informer made so far."""
+        return list(self._informers.values())
+
     def supervised(self, inf: SharedInformer) -> Supervised | None:
         """The supervised task running `inf` (None before the factory starts it)."""
         return self._tasks.get(inf)
