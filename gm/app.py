@@ -258,12 +258,12 @@ class GlobalManager:
         await self._stopped.wait()
 
     async def stop(self, grace: float = 10.0) -> None:
+        for sup in self._supervised():
+            sup.expect_end()  # what stop ends (edge sync, drained controllers) is no failure
         if self.hub is not None:
             await self.hub.close()
         if self.edge is not None:
             self.edge.stop()
-        for sup in self._supervised():
-            sup.expect_end()  # draining the queues ends the controllers: that is no failure
         for runner in self.runners.values():
             await runner.queue.shut_down_with_drain(grace)
         # the controllers task first: the elector stops the reconcilers, then releases the lease

@@ -64,3 +64,15 @@ async def test_a_clean_stop_reports_no_failure(start_gm):
     await synced(gm)
     await gm.stop()
     assert gm.failure is None
+
+
+@pytest.mark.expect_log_errors(r"leader election blocked")
+async def test_a_missing_lease_namespace_fails_readiness_with_the_reason(start_gm):
+    gm = await start_gm(leaderElection="{enabled: true, leaseNamespace: sedna-missing, leaseDurationSeconds: 2,"
+                                       " renewDeadlineSeconds: 1, retryPeriodSeconds: 0.1}")
+    await eventually(lambda: gm.leader is not None and gm.leader.attempts >= 3, within=10,
+                     message="several lease attempts")
+    status, text = await readyz(gm)
+    assert status == 503
+    assert text.startswith("leader election blocked: lease namespace 'sedna-missing' does not exist")
+    assert not gm.leader.is_leader and gm.failure is None  # waits for the namespace, does not exit
