@@ -95,10 +95,11 @@ async def test_one_leads_other_takes_over_after_release(kube):
         other = b if leader is a else a
         lease = await kube.get(LEASES, "sedna-gm", namespace=NS)
         assert lease["spec"]["holderIdentity"] == leader.settings.identity
-        # the standby saw three renewals of the leader's and stayed standby through them
+        # the standby saw three more records of the leader's (at least two of them renewals:
+        # the first may be the one that acquired) and stayed standby through them
         seen = other.observed_changes
         await eventually(lambda: other.observed_changes >= seen + 3, message="standby sees renewals")
-        assert leader.renewals >= 3 and not other.is_leader
+        assert leader.renewals >= 2 and not other.is_leader
 
         renewals_before = leader.renewals
         tasks[leader].cancel()
@@ -134,7 +135,7 @@ async def test_takeover_after_expiry_without_release(kube):
             await b.leading.wait()
         # b waited out the lease on its own clock: it read a's unchanged record on several
         # attempts (one per retry period) before writing its own
-        assert b.attempts >= FAST["lease_duration"] / FAST["retry_period"] / 2
+        assert b.attempts >= 3
         assert b.observed_changes == 2  # a's record, then b's own
     finally:
         await stop_all(task_b)
