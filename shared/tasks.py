@@ -104,6 +104,7 @@ class Supervised:
         if self._task is not None:
             raise RuntimeError(f"{self.name} is already supervised")
         self._task = asyncio.create_task(self._supervise(), name=f"supervise {self.name}")
+        self._task.add_done_callback(self._supervisor_done)
         return self._task
 
     def expect_end(self) -> None:
@@ -129,7 +130,7 @@ class Supervised:
         loop = asyncio.get_running_loop()
         while True:
             began = loop.time()
-            run = self.current = asyncio.create_task(self._factory(), name=self.name)
+            run = self.current = asyncio.create_task(self._run_once(), name=self.name)
             try:
                 await asyncio.wait({run})
             except asyncio.CancelledError:
@@ -144,6 +145,18 @@ class Supervised:
                 return
             failures = 1 if loop.time() - began >= self.policy.stable_after else failures + 1
             await self._restart_after(self.policy.delay(failures), why, run)
+
+    async def _run_once(self) -> None:
+        await self._factory()  # called inside the run, so a factory that raises is a failed run
+
+    def _supervisor_done(self, task: asyncio.Task[None]) -> None:
+        """The supervisor itself must never die silently either (it would be a bug here)."""
+        if task.cancelled() or task.exception() is None:
+            return
+        event(self._log, "supervisor crashed", level=logging.ERROR, task=self.name,
+              error=repr(task.exception()))
+        if self._on_fatal is not None:
+            self._on_fatal(self.name, f"supervisor raised {task.exception()!r}")
 
     async def _restart_after(self, delay: float, why: str, run: asyncio.Task[Any]) -> None:
         # a raise is a bug worth an error line; a return or a stray cancel is a warning

@@ -187,3 +187,22 @@ async def test_an_end_the_owner_expects_is_not_reported():
     sup.current.cancel()
     await asyncio.wait_for(supervisor, 1)
     assert fatal == [] and body.started == 1
+
+
+@pytest.mark.expect_log_errors(r"task ended, restarting")
+async def test_a_factory_that_raises_counts_as_a_failed_run():
+    calls = []
+
+    def factory():
+        calls.append(1)
+        if len(calls) == 1:
+            raise TypeError("not a coroutine function")
+        return asyncio.Event().wait()
+
+    sup = Supervised(factory, name="misbuilt", policy=FAST)
+    sup.start()
+    try:
+        await eventually(lambda: len(calls) == 2 and not sup.current.done(), message="second run")
+        assert sup.restarts == 1
+    finally:
+        await sup.stop(within=1)
