@@ -10,6 +10,14 @@ gm/upstream.py applies the status they report. It runs whether or not this proce
 caches have synced, so a node's first snapshot is complete rather than empty. Shutdown
 reverses it within a timeout: close the LC sessions, stop the controllers (in-flight
 reconciles finish), flush events, stop the informers, close the server and the client.
+
+Supervision: every long-lived task is a `Supervised` with the fail-fast policy (the
+informers, the event writers, edge credentials, the controllers with the leader
+election that gates them). A GM missing any of them would look alive while doing part of
+its job, so any of them ending unasked makes `wait()` return with `failure` set, and
+`sedna-gm` exits non-zero; a restart by the kubelet is the recovery. So does a cache
+that has not synced `cacheSyncTimeoutSeconds` after start (the log names the caches), and
+so does lost leadership, after the controllers have stopped.
 """
 
 from __future__ import annotations
@@ -55,12 +63,18 @@ from gm.upstream import UpstreamStatus
 from gm.workers import WorkerConfig
 from shared.logs import event
 from shared.metrics import CONTENT_TYPE, Counter, Registry
+from shared.tasks import FailFast, Supervised
 from shared.tls import TLSConfigError, server_context
 
 log = logging.getLogger("gm")
 
 HUB_SYNC_WAIT = 10.0  # how long an LC's upgrade waits for the caches before a 503
 HUB_SETTLE_WAIT = 2.0  # then how long it waits for pending Secret reads (the snapshot needs them)
+TASK_STOP_TIMEOUT = 10.0  # how long stop() waits for each supervised task
+
+
+class LeadershipLost(Exception):
+    """The lease was lost (not renewed in time, or taken); the controllers have stopped."""
 
 CONTROLLERS: dict[str, tuple[type, str]] = {
     # name -> (class, event component as upstream names it)
@@ -90,8 +104,10 @@ class GlobalManager:
         self.hub_metrics = HubMetrics(self.registry)
         self.app = web.Application()
         self._runner: web.AppRunner | None = None
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[Supervised] = []  # every long-lived task, fail-fast
+        self._reconcilers: Supervised | None = None  # the controllers while leading
         self._stopped = asyncio.Event()
+        self.failure: str | None = None  # why the GM stopped by itself, if it did
         self.port: int | None = None
         self.extensions: list[Callable[[GlobalManager], Any]] = []
 
@@ -105,18 +121,18 @@ class GlobalManager:
             burst=cfg.kubeClient.burst, timeout=cfg.kubeClient.timeoutSeconds), metrics=self.kube_metrics)
         self.informers = InformerFactory(self.client, namespace=cfg.namespace or None,
                                          resync_period=float(cfg.minResyncPeriodSeconds),
-                                         metrics=self.kube_metrics)
+                                         metrics=self.kube_metrics, on_fatal=self._fatal)
         self._build_controllers()
         self._build_hub()
         for ext in self.extensions:
             ext(self)
         self.informers.start()
         for recorder in self.recorders:
-            await recorder.start()
+            await recorder.start(on_fatal=self._fatal)
         await self._serve(ssl_context)
         assert self.edge is not None
-        self._spawn(self.edge.run(), "edge-credentials")
-        self._spawn(self._lead_and_run(), "controllers")
+        self._supervise(self.edge.run, "edge-credentials")
+        self._supervise(self._lead_and_run, "controllers")
         event(log, "gm started", port=self.port, namespace=cfg.namespace or "*", identity=self.identity)
 
     def _build_controllers(self) -> None:
@@ -208,26 +224,38 @@ class GlobalManager:
         self.port = sockets[0].getsockname()[1] if sockets else self.config.websocket.port
 
     async def _lead_and_run(self) -> None:
+        """Sync the caches (bounded), then run the controllers, as leader when configured."""
+        assert self.informers is not None
+        await self.informers.wait_synced(within=self.config.cacheSyncTimeoutSeconds)
         if self.config.leaderElection.enabled:
             await self._run_as_leader()
         else:
             await self._run_controllers()
 
     async def _run_as_leader(self) -> None:
+        """Controllers run between the elector's start and stop callbacks; `run()` returns
+        only after the stop callback has stopped them, and that is fatal to the process."""
         le = self.config.leaderElection
         assert self.client is not None
         self.leader = LeaderElector(self.client, LeaderSettings(
             namespace=le.leaseNamespace, name=le.leaseName, identity=self.identity,
             lease_duration=le.leaseDurationSeconds, renew_deadline=le.renewDeadlineSeconds,
-            retry_period=le.retryPeriodSeconds), metrics=self.kube_metrics)
-        async with asyncio.TaskGroup() as tg:
-            lead = tg.create_task(self.leader.run(), name="leader-election")
-            await self.leader.leading.wait()
-            work = tg.create_task(self._run_controllers(), name="controllers")
-            await lead  # returns when leadership is lost: stop working and exit
-            event(log, "lost leadership, stopping", level=logging.ERROR)
-            work.cancel()
-        self._stopped.set()
+            retry_period=le.retryPeriodSeconds), metrics=self.kube_metrics,
+            on_started_leading=self._start_reconcilers, on_stopped_leading=self._stop_reconcilers)
+        await self.leader.run()
+        raise LeadershipLost(self.leader.lost_reason or "leadership lost")
+
+    def _start_reconcilers(self) -> None:
+        self._reconcilers = Supervised(self._run_controllers, name="reconcilers", policy=FailFast(),
+                                       on_fatal=self._fatal, logger=log)
+        self._reconcilers.start()
+
+    async def _stop_reconcilers(self) -> None:
+        # must finish before a standby can take over: the lease outlives the renew deadline by
+        # this margin, and cancelling a reconcile also cancels its API calls
+        le = self.config.leaderElection
+        if self._reconcilers is not None:
+            await self._reconcilers.stop(within=le.leaseDurationSeconds - le.renewDeadlineSeconds)
 
     async def _run_controllers(self) -> None:
         assert self.informers is not None
@@ -235,15 +263,21 @@ class GlobalManager:
             for name, runner in self.runners.items():
                 tg.create_task(runner.run(self.informers.wait_synced), name=f"controller {name}")
 
-    def _spawn(self, coro, name: str) -> None:
-        task = asyncio.create_task(coro, name=name)
-        task.add_done_callback(self._task_done)
-        self._tasks.append(task)
+    def _supervise(self, factory: Callable[[], Any], name: str) -> None:
+        # policy: fail fast (see the module docstring)
+        sup = Supervised(factory, name=name, policy=FailFast(), on_fatal=self._fatal, logger=log)
+        self._tasks.append(sup)
+        sup.start()
 
-    def _task_done(self, task: asyncio.Task) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            event(log, "task failed", level=logging.ERROR, task=task.get_name(), error=repr(task.exception()))
-            self._stopped.set()  # a dead controller must not leave a half-working GM running
+    def _supervised(self) -> list[Supervised]:
+        return [*self._tasks, *([self._reconcilers] if self._reconcilers is not None else [])]
+
+    def _fatal(self, task: str, why: str) -> None:
+        """A task the GM cannot work without ended: stop the process (the first cause wins)."""
+        if self.failure is None:
+            self.failure = f"{task} {why}"
+            event(log, "gm failed", level=logging.ERROR, task=task, why=why)
+        self._stopped.set()
 
     # -- HTTP ------------------------------------------------------------------------
 
@@ -251,9 +285,14 @@ class GlobalManager:
         return web.Response(text="ok")
 
     async def _readyz(self, request: web.Request) -> web.Response:
+        if self.failure is not None:
+            return web.Response(status=503, text=f"failed: {self.failure}")
+        if self.leader is not None and self.leader.blocked is not None:
+            return web.Response(status=503, text=f"leader election blocked: {self.leader.blocked}")
         if self.informers is not None and self.informers.has_synced():
             return web.Response(text="ok")
-        return web.Response(status=503, text="caches not synced")
+        unsynced = self.informers.unsynced() if self.informers is not None else []
+        return web.Response(status=503, text=f"caches not synced: {', '.join(unsynced)}")
 
     async def _metrics(self, request: web.Request) -> web.Response:
         if self.hub is not None and self.edge is not None:
@@ -263,19 +302,21 @@ class GlobalManager:
     # -- stop ------------------------------------------------------------------------
 
     async def wait(self) -> None:
-        """Until the GM stops by itself (lost leadership or a failed task)."""
+        """Until the GM stops by itself (lost leadership or a failed task: see `failure`)."""
         await self._stopped.wait()
 
     async def stop(self, grace: float = 10.0) -> None:
+        for sup in self._supervised():
+            sup.expect_end()  # what stop ends (edge sync, drained controllers) is no failure
         if self.hub is not None:
             await self.hub.close()
         if self.edge is not None:
             self.edge.stop()
         for runner in self.runners.values():
             await runner.queue.shut_down_with_drain(grace)
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        # the controllers task first: the elector stops the reconcilers, then releases the lease
+        for sup in reversed(self._tasks):
+            await sup.stop(within=TASK_STOP_TIMEOUT)
         for recorder in self.recorders:
             await recorder.stop(grace=min(grace, 5.0))
         if self.informers is not None:

@@ -1,4 +1,9 @@
-"""`sedna-gm --config FILE`: run the GlobalManager until SIGTERM or SIGINT."""
+"""`sedna-gm --config FILE`: run the GlobalManager until SIGTERM or SIGINT.
+
+Exit codes: 0 after a stop signal, 1 when the GM stopped by itself (a task it cannot
+work without ended, caches that did not sync in time, lost leadership: the log says
+which) or cannot reach the cluster, 2 for a bad configuration file.
+"""
 
 from __future__ import annotations
 
@@ -49,6 +54,10 @@ async def run(config_path: str, log_level: str | None) -> int:
     await gm.stop()
     waiter.cancel()
     stopper.cancel()
+    if gm.failure is not None:
+        logs.event(logging.getLogger("gm"), "exiting after a failure", level=logging.ERROR,
+                   why=gm.failure)
+        return 1
     return 0 if stop.is_set() else 1
 
 

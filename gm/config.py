@@ -104,6 +104,7 @@ class GMConfig:
     kubeClient: KubeClientConfig = field(default_factory=KubeClientConfig)
     workers: int = 4  # reconcile workers per controller
     leaderElection: LeaderElectionConfig = field(default_factory=LeaderElectionConfig)
+    cacheSyncTimeoutSeconds: float = 120.0  # the GM exits if its caches have not synced by then
     log: LogConfig = field(default_factory=LogConfig)
     federatedLearning: FederatedLearningConfig = field(default_factory=FederatedLearningConfig)
 
@@ -164,7 +165,20 @@ def _validate(cfg: GMConfig) -> None:
         raise ConfigError("log.format: must be 'text' or 'json'")
     if cfg.minResyncPeriodSeconds < 1:
         raise ConfigError("minResyncPeriodSeconds: must be at least 1")
+    if cfg.cacheSyncTimeoutSeconds <= 0:
+        raise ConfigError("cacheSyncTimeoutSeconds: must be > 0")
+    _validate_leader(cfg.leaderElection)
     _validate_websocket(cfg.websocket)
+
+
+def _validate_leader(le: LeaderElectionConfig) -> None:
+    # A leader must give up before its lease can expire elsewhere: renew deadline < lease.
+    if not le.leaseDurationSeconds > le.renewDeadlineSeconds > le.retryPeriodSeconds > 0:
+        raise ConfigError("leaderElection: need leaseDurationSeconds > renewDeadlineSeconds > "
+                          f"retryPeriodSeconds > 0, got {le.leaseDurationSeconds:g} / "
+                          f"{le.renewDeadlineSeconds:g} / {le.retryPeriodSeconds:g}")
+    if le.enabled and not (le.leaseName and le.leaseNamespace):
+        raise ConfigError("leaderElection: leaseName and leaseNamespace must be set")
 
 
 def _validate_websocket(ws: WebsocketConfig) -> None:

@@ -10,12 +10,14 @@ The link to the GM lives in lc/link.py and is plugged in through `link_factory`:
 receives this LocalController (see `Link`/`LinkFactory`) and drives `apply_*` for
 downstream objects and the store's outbox (`pending`, `ack`, `wait_outbox`) upstream.
 Without a link the LC still accepts and durably stores every report.
+
+The link task is supervised with restart-with-backoff: whatever ends it (a bug in a
+session, a stray cancel), the LC would otherwise go on storing reports it never relays,
+so it is started again, and its stop is bounded by `LINK_STOP_TIMEOUT`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import ssl
 from collections.abc import Callable, Iterable
@@ -35,11 +37,14 @@ from lc.managers.model import ModelManager
 from lc.metrics import LCMetrics
 from lc.store import Store
 from shared.logs import event
+from shared.tasks import Restart, Supervised
 from shared.tls import TLSConfigError, server_context
 
 log = logging.getLogger(__name__)
 
 HTTP_SHUTDOWN_TIMEOUT = 10.0
+LINK_STOP_TIMEOUT = 10.0  # the link closes its socket within its own close timeout (5 s)
+LINK_RESTART = Restart(initial=0.5, cap=30.0, stable_after=60.0)
 # Report forwarding only; their trigger logic (sample files, rounds) is a later issue.
 TRAINING_KINDS = ("IncrementalLearningJob", "LifelongLearningJob")
 
@@ -69,7 +74,7 @@ class LocalController:
         self.dispatcher: Dispatcher | None = None
         self.metrics = LCMetrics(outbox_size=lambda: self.store.outbox_size if self.store else 0)
         self._runner: web.AppRunner | None = None
-        self._link_task: asyncio.Task[None] | None = None
+        self.link_task: Supervised | None = None  # the link's run, restarted when it ends
         self.port: int | None = None  # the bound port once started (BIND_PORT may be 0)
 
     # ---- seam for the link -----------------------------------------------------------
@@ -109,8 +114,9 @@ class LocalController:
             raise
         if self._link_factory is not None:
             self.link = self._link_factory(self)
-            self._link_task = asyncio.create_task(self.link.run(), name="lc-link")
-            self._link_task.add_done_callback(_log_link_end)
+            # policy: restart with backoff (see the module docstring)
+            self.link_task = Supervised(self.link.run, name="lc-link", policy=LINK_RESTART, logger=log)
+            self.link_task.start()
 
     async def _start_managers(self) -> None:
         assert self.store is not None
@@ -153,11 +159,9 @@ class LocalController:
         if self._runner is not None:
             await self._runner.cleanup()  # stop accepting; in-flight handlers finish
             self._runner = None
-        if self._link_task is not None:
-            self._link_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._link_task
-            self._link_task = None
+        if self.link_task is not None:
+            await self.link_task.stop(within=LINK_STOP_TIMEOUT)  # logged if it hangs; go on
+            self.link_task = None
         if self.dispatcher is not None:
             await self.dispatcher.stop()
         if self.store is not None:
@@ -168,9 +172,3 @@ class LocalController:
         if self.dispatcher is None:
             raise RuntimeError("LocalController is not started")
         return self.dispatcher
-
-
-def _log_link_end(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        event(log, "link stopped with an error", level=logging.ERROR,
-              error=repr(task.exception()))

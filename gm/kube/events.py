@@ -5,6 +5,11 @@ bounded queue and returns; a background task writes it. When the queue is full t
 event is dropped and counted. Repeats of the same (object uid, reason, message, type) are
 folded into the first event like client-go's recorder: a merge PATCH of `count` and
 `lastTimestamp`, or a fresh POST when that event has since been deleted.
+
+The writer task only ends by a bug (API failures are retried, then counted and logged),
+and a dead writer would drop every later event without a word. Its policy is set by the
+owner at `start`: the GM passes `on_fatal` (fail fast: the process exits with a clear
+log); a recorder used on its own restarts its writer with backoff.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from gm.kube.client import KubeClient
 from gm.kube.errors import AlreadyExists, ApiError, NotFound, Unavailable
 from gm.kube.metrics import KubeMetrics
 from gm.kube.resources import EVENTS
-from shared.logs import event as log_event
+from shared.logs import event
+from shared.tasks import FailFast, FatalHandler, Restart, Supervised
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +71,7 @@ class EventRecorder:
         self._cache_size = cache_size
         self._retries = retries
         self._retry_delay = retry_delay
-        self._task: asyncio.Task[None] | None = None
+        self._writer: Supervised | None = None
 
     def event(self, obj: dict[str, Any], type: str, reason: str, message: str) -> bool:
         """Queue an event about `obj`; False if it was dropped because the queue is full."""
@@ -89,23 +95,31 @@ class EventRecorder:
     def warning(self, obj: dict[str, Any], reason: str, message: str) -> bool:
         return self.event(obj, "Warning", reason, message)
 
-    async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name=f"events {self.component}")
+    @property
+    def writer(self) -> Supervised | None:
+        """The supervised writer task, once started."""
+        return self._writer
+
+    async def start(self, *, on_fatal: FatalHandler | None = None) -> None:
+        """Start the writer: fail-fast to `on_fatal` when given, else restarted with backoff."""
+        if self._writer is None:
+            policy = FailFast() if on_fatal is not None else Restart()
+            self._writer = Supervised(self._run, name=f"events {self.component}", policy=policy,
+                                      on_fatal=on_fatal, logger=log)
+            self._writer.start()
 
     async def stop(self, grace: float = 5.0) -> None:
         """Write what is queued (for at most `grace` seconds), then stop the writer."""
-        if self._task is None:
+        if self._writer is None:
             return
         try:
             async with asyncio.timeout(grace):
                 await self._queue.join()
         except TimeoutError:
-            log_event(log, "events left unwritten at stop", level=logging.WARNING,
-                      pending=self._queue.qsize())
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
-        self._task = None
+            event(log, "events left unwritten at stop", level=logging.WARNING,
+                      component=self.component, pending=self._queue.qsize())
+        await self._writer.stop(within=grace)
+        self._writer = None
 
     async def flush(self) -> None:
         """Wait until every queued event has been written or given up on."""
@@ -133,8 +147,8 @@ class EventRecorder:
                 last = exc
                 break
         self.metrics.events_sent.inc("failed")
-        log_event(log, "event not written", level=logging.WARNING, reason=p.reason,
-                  object=p.involved.get("name"), code=last.code, error=last.message)
+        event(log, "event not written", level=logging.WARNING, key=_object_key(p.involved),
+                  kind=p.involved.get("kind"), reason=p.reason, code=last.code, error=last.message)
 
     async def _write(self, p: _Pending) -> str:
         key = (p.involved.get("uid") or _object_id(p.involved), p.reason, p.message, p.type)
@@ -189,6 +203,12 @@ def involved_object(obj: dict[str, Any]) -> dict[str, Any]:
 
 def _object_id(ref: dict[str, Any]) -> str:
     return f"{ref.get('apiVersion')}/{ref.get('kind')}/{ref.get('namespace', '')}/{ref['name']}"
+
+
+def _object_key(ref: dict[str, Any]) -> str:
+    """`namespace/name` (or `name` for cluster-scoped objects), as every GM log line keys objects."""
+    ns = ref.get("namespace")
+    return f"{ns}/{ref['name']}" if ns else str(ref["name"])
 
 
 def _host(host: str) -> dict[str, str]:

@@ -7,6 +7,13 @@ enqueue them: reconcilers read the latest state from `informer.store` later. A d
 is delivered exactly once, with the object's last known state, whether it came as a
 DELETED event or was noticed missing on a relist. A periodic resync re-delivers
 `on_update(obj, obj)` for every cached object, so a reconcile that dropped a key catches up.
+
+An informer never gives up on the API server (the reflector retries with backoff), so its
+task ending means a bug or a stray cancel, after which its cache silently goes stale. Its
+policy is fail-fast: the factory marks the informer failed (its `wait_synced` raises, the
+GM's readiness fails) and calls the owner's `on_fatal`, so the GM exits rather than
+reconciling from a dead cache. `wait_synced(within=...)` bounds the first sync at start
+and names the caches that did not make it.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from gm.kube.reflector import Reflector, ReflectorSettings
 from gm.kube.resources import GVR
 from gm.kube.store import IndexFunc, Store, object_key
 from shared.logs import event
+from shared.tasks import FailFast, FatalHandler, Supervised
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +47,14 @@ class Handler:
 
 class InformerFailed(Exception):
     """The informer's task died of a bug; waiting for its sync cannot succeed."""
+
+
+class CacheSyncTimeout(Exception):
+    """Some caches did not complete their first list in time; the message names them."""
+
+    def __init__(self, within: float, unsynced: list[str]):
+        super().__init__(f"caches not synced within {within:g}s: {', '.join(unsynced)}")
+        self.unsynced = unsynced
 
 
 class SharedInformer:
@@ -89,9 +105,14 @@ class SharedInformer:
                 if self.resync_period:
                     tg.create_task(self._resync_loop(), name=f"resync {self.gvr}")
         except Exception as exc:
-            self._failure = exc
-            self._synced.set()  # wake waiters so they see the failure
+            self.fail(exc)
             raise
+
+    def fail(self, why: BaseException | str) -> None:
+        """Mark the cache dead: no longer synced, and every waiter wakes to `InformerFailed`."""
+        if self._failure is None:
+            self._failure = why if isinstance(why, BaseException) else RuntimeError(why)
+        self._synced.set()
 
     # -- Sink: called by the reflector ----------------------------------------------------
 
@@ -183,8 +204,10 @@ class InformerFactory:
 
     def __init__(self, client: KubeClient, *, namespace: str | None = None,
                  resync_period: float | None = 30.0, jitter: bool = True,
-                 settings: ReflectorSettings | None = None, metrics: KubeMetrics | None = None):
+                 settings: ReflectorSettings | None = None, metrics: KubeMetrics | None = None,
+                 on_fatal: FatalHandler | None = None):
         self.client = client
+        self.on_fatal = on_fatal  # told when an informer's task ends; None: only logged
         self.namespace = namespace  # "" / None = all namespaces (upstream's `namespace`)
         # like upstream, one draw per factory from [min, 2*min)
         self.resync_period = (resync_period * (1 + random.random())
@@ -192,7 +215,7 @@ class InformerFactory:
         self.settings = settings
         self.metrics = metrics or client.metrics
         self._informers: dict[tuple[GVR, str | None, str | None, str | None], SharedInformer] = {}
-        self._tasks: dict[SharedInformer, asyncio.Task[None]] = {}
+        self._tasks: dict[SharedInformer, Supervised] = {}
         self._started = False
 
     def informer(self, gvr: GVR, *, label_selector: str | None = None,
@@ -217,13 +240,22 @@ class InformerFactory:
             if inf not in self._tasks:
                 self._start_one(inf)
 
-    async def wait_synced(self) -> None:
-        """Wait until every informer has listed once (`InformerFailed` if one died)."""
-        for inf in list(self._informers.values()):
-            await inf.wait_synced()
+    async def wait_synced(self, *, within: float | None = None) -> None:
+        """Wait until every informer has listed once (`InformerFailed` if one died);
+        `CacheSyncTimeout`, naming the unsynced ones, if that takes over `within` seconds."""
+        try:
+            async with asyncio.timeout(within):
+                for inf in list(self._informers.values()):
+                    await inf.wait_synced()
+        except TimeoutError:
+            raise CacheSyncTimeout(within or 0.0, self.unsynced()) from None
 
     def has_synced(self) -> bool:
         return all(inf.has_synced() for inf in self._informers.values())
+
+    def unsynced(self) -> list[str]:
+        """The resource types whose caches have not (or no longer) synced."""
+        return sorted(str(inf.gvr) for inf in self._informers.values() if not inf.has_synced())
 
     def get_cached(self, gvr: GVR, namespace: str | None, name: str) -> Obj | None:
         """The cached object from the first unfiltered informer of `gvr`, if any."""
@@ -232,21 +264,30 @@ class InformerFactory:
                 return inf.store.get_by_name(namespace, name)
         return None
 
-    async def stop(self) -> None:
-        """Cancel every informer task and wait for them to finish."""
-        tasks = list(self._tasks.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    async def stop(self, within: float = 5.0) -> None:
+        """Stop every informer task, waiting at most `within` seconds for them."""
+        supervised = list(self._tasks.values())
+        await asyncio.gather(*(sup.stop(within) for sup in supervised))
         self._tasks.clear()
         self._started = False
 
-    def _start_one(self, inf: SharedInformer) -> None:
-        task = asyncio.get_running_loop().create_task(inf.run(), name=f"informer {inf.gvr}")
-        task.add_done_callback(self._on_done)
-        self._tasks[inf] = task
+    def all(self) -> list[SharedInformer]:
+        """Every informer made so far."""
+        return list(self._informers.values())
 
-    def _on_done(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            event(log, "informer died", level=logging.ERROR, task=task.get_name(),
-                  error=repr(task.exception()))
+    def supervised(self, inf: SharedInformer) -> Supervised | None:
+        """The supervised task running `inf` (None before the factory starts it)."""
+        return self._tasks.get(inf)
+
+    def _start_one(self, inf: SharedInformer) -> None:
+        # policy: fail fast. An informer retries the API forever, so an end is a bug and
+        # its cache would go stale; the owner stops the process instead.
+        sup = Supervised(inf.run, name=f"informer {inf.gvr}", policy=FailFast(),
+                         on_fatal=lambda name, why: self._informer_ended(inf, name, why), logger=log)
+        self._tasks[inf] = sup
+        sup.start()
+
+    def _informer_ended(self, inf: SharedInformer, name: str, why: str) -> None:
+        inf.fail(f"{name} {why}")
+        if self.on_fatal is not None:
+            self.on_fatal(name, why)

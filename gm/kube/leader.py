@@ -3,12 +3,22 @@
 The protocol is client-go's LeaseLock: the lease names a holder and when it last renewed.
 A candidate takes the lease when it is free (no holder) or when the holder has not
 renewed for `lease_duration` as measured on the candidate's own clock since it last saw
-the lease change (so clock skew between replicas does not matter). Every write is a
-create (409 if someone else created it first) or a PUT guarded by the resourceVersion
+the lease record change (so clock skew between replicas does not matter). Every write is
+a create (409 if someone else created it first) or a PUT guarded by the resourceVersion
 just read (409 if someone else wrote in between), so two candidates can never both win.
-The leader renews every `retry_period` and steps down when it has not managed to renew
-for `renew_deadline`; on shutdown it releases the lease (empty holder) so a standby
-takes over at once instead of waiting out the lease.
+
+Two leaders at once are impossible as long as the old leader stops acting before the
+lease can expire elsewhere. The leader renews every `retry_period`; every attempt is cut
+off at the renew deadline, `renew_deadline` after the last attempt that succeeded was
+*sent* (so the write it made is no older than that), whatever the client's own request
+timeout. A standby that saw that write can take over no sooner than `lease_duration`
+after it, so the leader that steps down at the deadline has `lease_duration -
+renew_deadline` to stop its controllers. On shutdown the leader stops its work, then
+releases the lease (empty holder) so a standby takes over at once.
+
+A lease namespace that does not exist, or RBAC that forbids the lease, cannot fix itself
+by retrying faster: it is logged once as an error, kept in `blocked` (the GM's readiness
+fails with it) and retried quietly until it clears.
 """
 
 from __future__ import annotations
@@ -50,11 +60,15 @@ class LeaderSettings:
             raise ValueError("need lease_duration > renew_deadline > retry_period > 0")
 
 
+class LeaseBlocked(Exception):
+    """The lease cannot be read or written until an operator acts (namespace, RBAC)."""
+
+
 class LeaderElector:
     """Campaigns for the lease, holds it, and reports leadership through callbacks.
 
-    `run()` returns when leadership is lost (the caller should stop its controllers,
-    usually by exiting); cancelling it releases a held lease.
+    `run()` returns when leadership is lost, after `on_stopped_leading` has returned (the
+    caller should then exit); cancelling it stops leading and releases a held lease.
     """
 
     def __init__(self, client: KubeClient, settings: LeaderSettings, *,
@@ -71,9 +85,15 @@ class LeaderElector:
         self.metrics = metrics or client.metrics
         self.leading = asyncio.Event()  # set while this candidate holds the lease
         self.observed_holder = ""  # last holder seen on the lease
+        self.observed_changes = 0  # times the lease record was seen to change (renewals included)
+        self.renewals = 0  # successful renewals while leading
+        self.attempts = 0  # acquire or renew attempts made, whatever their outcome
+        self.blocked: str | None = None  # why the lease is unusable (missing namespace, 403), if so
+        self.lost_reason: str | None = None  # why leadership ended, once it did
         self._clock = clock
         self._observed_spec: dict[str, Any] | None = None  # last lease spec seen
         self._observed_at = 0.0  # our clock when that spec was first seen
+        self._renewed_at = 0.0  # our clock when the last successful attempt was sent
         self._lease: dict[str, Any] | None = None  # last lease read or written (its RV guards)
 
     @property
@@ -81,14 +101,18 @@ class LeaderElector:
         return self.leading.is_set()
 
     async def run(self) -> None:
-        """Acquire, lead until renewal fails for `renew_deadline`, then return."""
+        """Acquire, lead until a renewal misses the renew deadline, stop leading, return."""
         try:
             await self._acquire()
             await self._became_leader()
-            await self._renew_until_lost()
+            self.lost_reason = await self._renew_until_lost()
+            event(log, "leadership lost", level=logging.WARNING, lease=self.settings.name,
+                  identity=self.settings.identity, holder=self.observed_holder, why=self.lost_reason)
         except asyncio.CancelledError:
-            if self.is_leader and self.settings.release_on_cancel:
-                await asyncio.shield(self._release())
+            if self.is_leader:
+                await self._stopped_leader()  # stop working before a standby can take over
+                if self.settings.release_on_cancel:
+                    await self._release()
             raise
         finally:
             if self.is_leader:
@@ -96,32 +120,61 @@ class LeaderElector:
 
     async def _acquire(self) -> None:
         while True:  # polling the API is the protocol: there is nothing to wait on
-            if await self._try_acquire_or_renew():
+            sent = self._clock()
+            if await self._bounded_attempt(self.settings.renew_deadline):
+                self._renewed_at = sent
                 return
             await asyncio.sleep(self.settings.retry_period)
 
-    async def _renew_until_lost(self) -> None:
+    async def _renew_until_lost(self) -> str:
+        """Renew every retry period; return why leadership ended (deadline missed, lease taken)."""
         s = self.settings
-        last_renew = self._clock()
         while True:
-            await asyncio.sleep(s.retry_period)
-            if await self._try_acquire_or_renew():
-                last_renew = self._clock()
-            elif self.observed_holder != s.identity or self._clock() - last_renew >= s.renew_deadline:
-                event(log, "leadership lost", level=logging.WARNING, lease=s.name,
-                      identity=s.identity, holder=self.observed_holder)
-                return
+            await asyncio.sleep(max(0.0, min(s.retry_period, self._until_deadline())))
+            remaining = self._until_deadline()
+            if remaining <= 0:
+                return f"not renewed within the renew deadline ({s.renew_deadline:g}s)"
+            sent = self._clock()
+            if await self._bounded_attempt(remaining):
+                self._renewed_at = sent
+                self.renewals += 1
+            elif self.observed_holder != s.identity:
+                return f"the lease is held by {self.observed_holder or 'nobody'}"
+
+    def _until_deadline(self) -> float:
+        return self._renewed_at + self.settings.renew_deadline - self._clock()
+
+    async def _bounded_attempt(self, within: float) -> bool:
+        """One attempt cut off after `within` seconds: a hung API server must not keep us leading."""
+        self.attempts += 1
+        try:
+            async with asyncio.timeout(within):
+                return await self._try_acquire_or_renew()
+        except TimeoutError:
+            event(log, "lease request timed out", level=logging.WARNING, lease=self.settings.name,
+                  identity=self.settings.identity, within=round(within, 3))
+            return False
 
     async def _try_acquire_or_renew(self) -> bool:
         """One attempt: read, decide, write. False when someone else holds or wins the race."""
+        try:
+            won = await self._attempt()
+        except LeaseBlocked as exc:
+            self._block(str(exc))
+            return False
+        if won is not None:  # the API answered the whole attempt: nothing blocks the lease
+            self._unblock()
+        return bool(won)
+
+    async def _attempt(self) -> bool | None:
+        """True: we hold the lease; False: someone else does; None: a transient failure."""
         s = self.settings
         try:
             lease = await self.client.get(LEASES, s.name, namespace=s.namespace)
         except NotFound:
             return await self._create()
         except ApiError as exc:
-            self._log_failure("get", exc)
-            return False
+            return self._failed("get", exc)
         self._observe(lease)
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
@@ -129,7 +182,7 @@ class LeaderElector:
             return False
         return await self._update(lease, spec, holder)
 
-    async def _create(self) -> bool:
+    async def _create(self) -> bool | None:
         s = self.settings
         now = _micro_time()
         body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
@@ -140,13 +193,15 @@ class LeaderElector:
             self._lease = await self.client.create(LEASES, body, namespace=s.namespace)
         except (AlreadyExists, Conflict):
             return False
+        except NotFound as exc:  # the lease was missing, and creating it says why: no namespace
+            raise LeaseBlocked(f"lease namespace {s.namespace!r} does not exist "
+                               f"(create it, or set leaderElection.leaseNamespace): {exc.message}") from exc
         except ApiError as exc:
-            self._log_failure("create", exc)
-            return False
+            return self._failed("create", exc)
         self._observe(self._lease)
         return True
 
-    async def _update(self, lease: dict[str, Any], spec: dict[str, Any], holder: str) -> bool:
+    async def _update(self, lease: dict[str, Any], spec: dict[str, Any], holder: str) -> bool | None:
         s = self.settings
         now = _micro_time()
         new_spec = dict(spec, holderIdentity=s.identity, leaseDurationSeconds=_secs(s.lease_duration),
@@ -160,8 +215,7 @@ class LeaderElector:
         except Conflict:
             return False
         except ApiError as exc:
-            self._log_failure("update", exc)
-            return False
+            return self._failed("update", exc)
         self._observe(self._lease)
         return True
 
@@ -187,6 +241,7 @@ class LeaderElector:
         if spec != self._observed_spec:
             self._observed_spec = spec
             self._observed_at = self._clock()
+            self.observed_changes += 1
         holder = spec.get("holderIdentity") or ""
         if holder != self.observed_holder:
             self.observed_holder = holder
@@ -209,9 +264,27 @@ class LeaderElector:
         event(log, "stopped leading", lease=self.settings.name, identity=self.settings.identity)
         await _call(self.on_stopped_leading)
 
-    def _log_failure(self, verb: str, exc: ApiError) -> None:
-        event(log, "lease request failed", level=logging.WARNING, verb=verb,
-              lease=self.settings.name, code=exc.code, error=exc.message)
+    def _failed(self, verb: str, exc: ApiError) -> None:
+        """A failed lease request: blocking ones (RBAC) raise, transient ones are logged."""
+        s = self.settings
+        if exc.code in (401, 403):
+            raise LeaseBlocked(f"not allowed to {verb} lease {s.namespace}/{s.name} "
+                               f"(check the GM's RBAC): {exc.code} {exc.message}") from exc
+        event(log, "lease request failed", level=logging.WARNING, verb=verb, lease=s.name,
+              code=exc.code, error=exc.message)
+        return None
+
+    def _block(self, reason: str) -> None:
+        if reason != self.blocked:  # once per cause, not every retry period
+            event(log, "leader election blocked", level=logging.ERROR, lease=self.settings.name,
+                  namespace=self.settings.namespace, error=reason)
+        self.blocked = reason
+
+    def _unblock(self) -> None:
+        if self.blocked is not None:
+            event(log, "leader election unblocked", lease=self.settings.name,
+                  namespace=self.settings.namespace)
+        self.blocked = None
 
 
 async def _call(fn: Callback | None) -> None:

@@ -3,13 +3,33 @@
 A manager owns one Sedna kind on this node. The dispatcher persists downstream objects
 and then tells the manager (`upsert`/`delete`); for worker reports it asks the manager
 which outbox entries the report becomes. Managers never touch HTTP or the link.
+
+A manager's per-object background work (a dataset monitor) runs under `supervise`: its
+policy is restart with backoff, since one object's monitor crashing on a bug must not
+end that object's reports for the life of the LC. The manager owns and cancels the
+returned supervisor task as it would the plain task.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
 from typing import Any, NamedTuple, Protocol
 
 from lc.report import WorkerReport
+from shared.tasks import Restart, Supervised
+
+log = logging.getLogger("lc.managers")
+
+MONITOR_RESTART = Restart(initial=1.0, cap=60.0, stable_after=300.0)
+
+
+def supervise(factory: Callable[[], Coroutine[Any, Any, None]], *, name: str,
+              policy: Restart | None = None) -> asyncio.Task[None]:
+    """Run `factory()` as task `name`, restarted with backoff whenever it ends unasked;
+    cancelling the returned task ends it for good."""
+    return Supervised(factory, name=name, policy=policy or MONITOR_RESTART, logger=log).start()
 
 
 class Outgoing(NamedTuple):

@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from lc.errors import DatasetError, StoreError
-from lc.managers.base import Outgoing
+from lc.managers.base import Outgoing, supervise
 from lc.report import WorkerReport
 from lc.rootfs import host_to_local
 from lc.store import Store
@@ -178,8 +178,7 @@ class DatasetManager:
         state = await self._store.get_state(KIND, namespace, name) or {}
         monitor = DatasetMonitor(self._store, namespace, name, obj, rootfs=self._rootfs,
                                  period=self._period, reported=int(state.get("reported", 0)))
-        task = asyncio.create_task(monitor.run(), name=f"dataset-monitor:{namespace}/{name}")
-        task.add_done_callback(_log_crash)
+        task = supervise(monitor.run, name=f"dataset-monitor:{namespace}/{name}")
         self._monitors[(namespace, name)] = (monitor, task)
 
     async def delete(self, namespace: str, name: str) -> None:
@@ -201,9 +200,3 @@ async def _cancel(task: asyncio.Task[None]) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
-
-
-def _log_crash(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        event(log, "dataset monitor crashed", level=logging.ERROR, task=task.get_name(),
-              error=repr(task.exception()))

@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from gm.kube.informer import InformerFactory, SharedInformer
+from gm.kube.informer import CacheSyncTimeout, InformerFactory, InformerFailed, SharedInformer
 from gm.kube.reflector import ReflectorSettings
-from gm.kube.resources import CONFIGMAPS, PODS
+from gm.kube.resources import CONFIGMAPS, GVR, PODS
 from gm.kube.store import INDEX_LABEL, INDEX_NAMESPACE, INDEX_OWNER
 from tests.e2e.test_kube_client import NS, cm, until
 
@@ -195,3 +195,39 @@ async def test_factory_shares_informers_and_serves_cache(kube):
     finally:
         await factory.stop()
     assert kube.metrics.informer_lists.value(str(CONFIGMAPS)) == 2
+
+
+@pytest.mark.expect_log_errors(r"task ended, failing the process")
+async def test_an_informer_that_dies_after_sync_fails_its_cache_and_tells_the_owner(kube):
+    fatal: list[tuple[str, str]] = []
+    factory = InformerFactory(kube, namespace=NS, resync_period=None, settings=FAST,
+                              on_fatal=lambda name, why: fatal.append((name, why)))
+    cms = factory.informer(CONFIGMAPS)
+    factory.start()
+    try:
+        async with asyncio.timeout(5):
+            await factory.wait_synced()
+        factory.supervised(cms).current.cancel()  # killed from outside, after sync
+        await until(lambda: fatal)
+        assert fatal == [(f"informer {CONFIGMAPS}", "cancelled")]
+        assert not cms.has_synced() and not factory.has_synced()
+        assert factory.unsynced() == [str(CONFIGMAPS)]
+        with pytest.raises(InformerFailed, match="cancelled"):
+            await factory.wait_synced()  # nobody may wait on, or reconcile from, a dead cache
+    finally:
+        await factory.stop()
+
+
+async def test_cache_sync_timeout_names_the_caches_that_did_not_sync(kube):
+    missing = GVR("sedna.io", "v1alpha1", "datasets")  # no CRD in this cluster: lists get 404
+    factory = InformerFactory(kube, namespace=NS, resync_period=None, settings=FAST)
+    factory.informer(CONFIGMAPS)
+    factory.informer(missing)
+    factory.start()
+    try:
+        with pytest.raises(CacheSyncTimeout) as exc:
+            await factory.wait_synced(within=0.5)
+        assert exc.value.unsynced == [str(missing)]
+        assert str(exc.value) == f"caches not synced within 0.5s: {missing}"
+    finally:
+        await factory.stop()

@@ -49,6 +49,13 @@ def test_keys_are_case_insensitive_and_unknown_keys_ignored():
         pytest.param("kubeConfig: /nonexistent/kc", "kubeConfig: file '/nonexistent/kc' does not exist", id="kubeconfig"),
         pytest.param("federatedLearning: {specEditPolicy: keep}", "specEditPolicy: must be", id="policy"),
         pytest.param("websocket: {port: 70000}", "websocket.port: 70000 is not a valid port", id="port-range"),
+        pytest.param("leaderElection: {leaseDurationSeconds: 10, renewDeadlineSeconds: 15}",
+                     "leaderElection: need leaseDurationSeconds > renewDeadlineSeconds > retryPeriodSeconds"
+                     " > 0, got 10 / 15 / 2", id="renew-deadline-over-lease"),
+        pytest.param("leaderElection: {retryPeriodSeconds: 0}", "retryPeriodSeconds > 0", id="retry-zero"),
+        pytest.param("leaderElection: {enabled: true, leaseNamespace: ''}", "leaseNamespace must be set",
+                     id="no-lease-namespace"),
+        pytest.param("cacheSyncTimeoutSeconds: 0", "cacheSyncTimeoutSeconds: must be > 0", id="sync-timeout"),
     ],
 )
 def test_bad_config_names_the_key(text, message):
