@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from lc.api import build_app
+from lc.api import build_app, protocol_error_response
 from lc.config import LCConfig
 from lc.dispatch import Dispatcher
 from lc.managers.dataset import DatasetManager
@@ -33,6 +33,7 @@ from lc.managers.model import ModelManager
 from lc.metrics import LCMetrics
 from lc.store import Store
 from shared.logs import event
+from shared.server_limits import guarded_runner
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +126,10 @@ class LocalController:
     async def _start_http(self) -> None:
         assert self.store is not None and self.dispatcher is not None
         app = build_app(store=self.store, dispatcher=self.dispatcher, metrics_=self.metrics,
-                        link_state=self.link_state)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT)
+                        link_state=self.link_state, limits=self.config.server_limits)
+        self._runner = guarded_runner(app, limits=self.config.server_limits, access_log=None,
+                                      error_response=protocol_error_response,
+                                      shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.bind_address, self.config.bind_port)
         await site.start()

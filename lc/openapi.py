@@ -53,10 +53,14 @@ _REPORT_OP = {
         "schema": {"$ref": "#/components/schemas/WorkerReport"}}}},
     "responses": {
         "200": _error("Committed durably to the outbox."),
-        "400": _error("Malformed JSON, wrong field type, name mismatch or missing owner."),
+        "400": _error("Malformed JSON, wrong field type, name mismatch, missing owner, a "
+                      "body that does not decompress, or a report the GM would refuse "
+                      "(nesting, name lengths, invalid Unicode: proto/limits.py)."),
         "406": _error("Accept header excludes JSON."),
+        "408": _error("The body did not arrive within the body timeout."),
         "413": _error(f"Body larger than {MAX_BODY} bytes."),
-        "415": _error("Content-Type is not JSON."),
+        "415": _error("Content-Type is not JSON, or Content-Encoding is not identity, gzip "
+                      "or deflate."),
         "503": _error("The report could not be committed; retry."),
     },
 }
