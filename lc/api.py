@@ -196,8 +196,29 @@ async def readyz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ready", "db": "ok", "link": link})
 
 
+async def get_dead_letters(request: web.Request) -> web.Response:
+    """Reports the GM can never apply, newest first, with why (`?limit=N`, default 100)."""
+    store = request.app[STORE_KEY]
+    limit = _limit(request.query.get("limit", "100"))
+    letters = await store.dead_letters(limit)
+    return web.json_response({"counts": store.dead_letter_counts,
+                              "deadLetters": [d.to_dict() for d in letters]})
+
+
+def _limit(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 10_000:
+        raise web.HTTPBadRequest(reason=f"limit must be a whole number from 1 to 10000, got {raw[:20]!r}")
+    return value
+
+
 async def metrics(request: web.Request) -> web.Response:
-    text = request.app[METRICS_KEY].registry.render()
+    lc_metrics = request.app[METRICS_KEY]
+    lc_metrics.set_dead_letters(request.app[STORE_KEY].dead_letter_counts)
+    text = lc_metrics.registry.render()
     return web.Response(text=text, headers={"Content-Type": METRICS_CONTENT_TYPE})
 
 
@@ -246,6 +267,7 @@ def build_app(*, store: Store, dispatcher: Dispatcher, metrics_: LCMetrics,
     app.router.add_post("/sedna/workers/{name}/info", post_report)
     app.router.add_post("/sedna/workers/{name}/info/", post_report)
     app.router.add_get("/sedna/workers", get_workers)
+    app.router.add_get("/sedna/deadletters", get_dead_letters)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

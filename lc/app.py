@@ -98,7 +98,8 @@ class LocalController:
         """Open the store, resume managers, serve HTTP, start the link."""
         cfg = self.config
         self.store = await Store.open(cfg.db_path, synchronous=cfg.db_synchronous,
-                                      observe=self.metrics.observe_batch)
+                                      observe=self.metrics.observe_batch,
+                                      worker_ttl=cfg.worker_ttl)
         try:
             await self._start_managers()
             await self._start_http()

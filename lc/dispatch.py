@@ -107,14 +107,29 @@ class Dispatcher:
     async def upsert(self, kind: str, namespace: str, name: str, obj: dict[str, Any]) -> None:
         """Persist the GM's latest version of an object, then apply it."""
         manager = self._checked(kind, namespace, name)
+        if manager.takes_reports:
+            await self._forget_replaced(manager, namespace, name, obj)
         await self._store.put_resource(manager.kind, namespace, name, obj)
         await self._apply(manager, namespace, name, obj)
 
     async def delete(self, kind: str, namespace: str, name: str) -> None:
-        """Forget an object this node no longer needs."""
+        """Forget an object this node no longer needs, with its workers' records."""
         manager = self._checked(kind, namespace, name)
         await self._store.delete_resource(manager.kind, namespace, name)
         await manager.delete(namespace, name)
+        if manager.takes_reports:
+            await self._store.forget_workers(namespace, name, routed_kind=manager.kind,
+                                             unrouted=True)
+
+    async def _forget_replaced(self, manager: Manager, namespace: str, name: str,
+                               obj: dict[str, Any]) -> None:
+        """A job recreated under the same name (new uid): its predecessor's workers go.
+        Unrouted records stay, they may be the new job's own early reports."""
+        old = await self._store.get_resource(manager.kind, namespace, name)
+        old_uid, new_uid = _uid(old), _uid(obj)
+        if old_uid and new_uid and old_uid != new_uid:
+            await self._store.forget_workers(namespace, name, routed_kind=manager.kind,
+                                             unrouted=False)
 
     async def snapshot(self, objects: Iterable[tuple[str, str, str, dict[str, Any]]]) -> None:
         """Make the node's objects exactly `objects` (after a (re)connect to the GM)."""
@@ -194,6 +209,12 @@ def _require_owner(report: WorkerReport) -> None:
     if missing:
         raise ReportError(f"worker(name={report.name}) report lacks {' and '.join(missing)}",
                           reason="missing_owner")
+
+
+def _uid(obj: Any) -> str:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    uid = meta.get("uid") if isinstance(meta, dict) else None
+    return uid if isinstance(uid, str) else ""
 
 
 def _report_of(record: WorkerRecord) -> WorkerReport:

@@ -73,6 +73,15 @@ _WORKERS = {"type": "object", "properties": {"workers": {"type": "array", "items
                    "routedKind": {"type": ["string", "null"]},
                    "report": {"$ref": "#/components/schemas/WorkerReport"}}}}}}
 
+_DEAD = {"type": "object", "properties": {
+    "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
+    "deadLetters": {"type": "array", "items": {"type": "object", "properties": {
+        "seq": {"type": "integer"}, "kind": {"type": "string"},
+        "namespace": {"type": "string"}, "name": {"type": "string"}, "body": {},
+        "createdAt": {"type": "number"}, "deadAt": {"type": "number"},
+        "reason": {"type": "string", "enum": ["refused", "unsendable", "protocol"]},
+        "error": {"type": "string"}}}}}}
+
 _HEALTH = {"type": "object", "properties": {"status": {"type": "string"},
                                             "db": {"type": "string"}, "link": {"type": "string"}}}
 
@@ -86,6 +95,16 @@ DOCUMENT: dict[str, Any] = {
                                    "operationId": "listWorkers",
                                    "responses": {"200": _json("Workers.", _WORKERS),
                                                  "503": _error("Store unavailable.")}}},
+        "/sedna/deadletters": {"get": {
+            "summary": "Reports the GM can never apply (refused, unsendable, or whose frame "
+                       "the GM refused), newest first; they no longer block the outbox.",
+            "operationId": "listDeadLetters",
+            "parameters": [{"name": "limit", "in": "query", "required": False,
+                            "schema": {"type": "integer", "minimum": 1, "maximum": 10000,
+                                       "default": 100}}],
+            "responses": {"200": _json("Dead letters and their counts by reason.", _DEAD),
+                          "400": _error("Bad limit."),
+                          "503": _error("Store unavailable.")}}},
         "/healthz": {"get": {"summary": "The process is serving.", "operationId": "healthz",
                              "responses": {"200": _json("Alive.", _HEALTH)}}},
         "/readyz": {"get": {"summary": "The store answers; link state is informative.",
