@@ -61,6 +61,14 @@ class ServerLimits:
 class _GuardedHandler(RequestHandler):
     """aiohttp's per-connection protocol, answering pre-routing errors in the service's format."""
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        manager = self._manager
+        if isinstance(manager, _LimitedServer) and isinstance(transport, asyncio.Transport) \
+                and not manager.admit(self, transport):
+            transport.close()  # refused before aiohttp starts serving it: nothing to clean up
+            return
+        super().connection_made(transport)
+
     def handle_error(self, request: web.BaseRequest, status: int = 500,
                      exc: BaseException | None = None, message: str | None = None) -> web.StreamResponse:
         manager = self._manager
@@ -84,8 +92,8 @@ class _GuardedHandler(RequestHandler):
 class _LimitedServer(web.Server):
     """aiohttp's connection manager, counting connections per peer address.
 
-    Invariant: `_peers[peer]` is the number of live connections from `peer`, refused ones
-    included until their close completes; a peer with none has no entry.
+    Invariant: `_peers[peer]` is the number of admitted connections from `peer` not yet
+    lost; a peer with none has no entry. Refused connections are never counted.
     """
 
     def __init__(self, *args: Any, max_per_client: int, error_response: ErrorResponse | None,
@@ -101,17 +109,18 @@ class _LimitedServer(web.Server):
     def __call__(self) -> RequestHandler:
         return _GuardedHandler(self, loop=self._loop, **self._kwargs)
 
-    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
-        super().connection_made(handler, transport)
+    def admit(self, handler: RequestHandler, transport: asyncio.Transport) -> bool:
+        """Count a new connection; False (not counted) when its peer is at the cap."""
         peer = _peer(transport)
-        self._peer_of[handler] = peer
-        self._peers[peer] += 1
-        if self._peers[peer] > self._max_per_client:
+        if self._peers[peer] >= self._max_per_client:
             self.refused += 1
             if self.refused == 1 or self.refused % 1000 == 0:
                 event(log, "connection refused: too many from one client", level=logging.WARNING,
                       peer=peer, limit=self._max_per_client, refused=self.refused)
-            transport.close()
+            return False
+        self._peer_of[handler] = peer
+        self._peers[peer] += 1
+        return True
 
     def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
         super().connection_lost(handler, exc)
