@@ -21,6 +21,7 @@ from lc.app import LocalController
 from lc.config import LCConfig
 from lc.link import GMLink, LinkSettings, link_factory
 from proto import MAX_FRAME_BYTES, SUBPROTOCOL, Message, Op, decode_native, encode_native, hello
+from shared.server_limits import ServerLimits, guarded_runner
 from tests.conftest import wait_for
 from tests.hubfakes import MemSource
 
@@ -83,6 +84,8 @@ class HubServer:
         self.token = token
         self.port = 0
         self.max_frame_bytes = MAX_FRAME_BYTES
+        self.ping_interval = 10.0
+        self.limits = ServerLimits()
         self.hub: Hub | None = None
         self._runner: web.AppRunner | None = None
 
@@ -92,10 +95,12 @@ class HubServer:
 
     async def start(self) -> Hub:
         self.hub = Hub(self.source, self.handler, token=self.token, close_timeout=1.0,
-                       handler_timeout=TIMEOUT, max_frame_bytes=self.max_frame_bytes)
+                       handler_timeout=TIMEOUT, max_frame_bytes=self.max_frame_bytes,
+                       ping_interval=self.ping_interval)
         app = web.Application(middlewares=[strip_subprotocol] if self.upstream_only else [])
         self.hub.attach(app)
-        self._runner = web.AppRunner(app, shutdown_timeout=1.0)
+        # the GM's own server setup (gm/app.py): the shared limits
+        self._runner = guarded_runner(app, limits=self.limits, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True)
         await site.start()
@@ -555,4 +560,32 @@ async def test_bearer_token_is_sent_and_a_wrong_one_is_reported(
         for link in links:
             await link.stop(within=5.0)
         links.clear()
+        await server.stop()
+
+
+# ---- the GM server's limits ----------------------------------------------------------------
+
+
+async def test_gm_closes_idle_connections_but_not_websocket_sessions(
+        source: MemSource, handler: MemHandler, lc: LocalController, links: list[GMLink]) -> None:
+    server = HubServer(source, handler)
+    server.limits = ServerLimits(idle_timeout=0.3)
+    server.ping_interval = 0.1
+    await server.start()
+    try:
+        link = attach(lc, links, server.address)
+        await link.wait_connected(TIMEOUT)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        try:
+            writer.write(b"GET / HTTP/1.1\r\nHo")  # a request whose headers never finish
+            async with asyncio.timeout(TIMEOUT):
+                assert await reader.read() == b""  # closed by the idle limit
+        finally:
+            writer.close()
+        hub = server.hub
+        assert hub is not None
+        # ten GM pings span more than three idle timeouts: the session is still the first one
+        await wait_for(lambda: hub.stats.pings_out >= 10, within=TIMEOUT, message="GM pings")
+        assert (hub.stats.sessions_opened, link.info.sessions, link.state) == (1, 1, "connected")
+    finally:
         await server.stop()
