@@ -62,9 +62,9 @@ class _GuardedHandler(RequestHandler):
     """aiohttp's per-connection protocol, answering pre-routing errors in the service's format."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # No isinstance check on the transport: uvloop's are not asyncio.Transport subclasses.
         manager = self._manager
-        if isinstance(manager, _LimitedServer) and isinstance(transport, asyncio.Transport) \
-                and not manager.admit(self, transport):
+        if isinstance(manager, _LimitedServer) and not manager.admit(self, transport):
             transport.close()  # refused before aiohttp starts serving it: nothing to clean up
             return
         super().connection_made(transport)
@@ -109,7 +109,7 @@ class _LimitedServer(web.Server):
     def __call__(self) -> RequestHandler:
         return _GuardedHandler(self, loop=self._loop, **self._kwargs)
 
-    def admit(self, handler: RequestHandler, transport: asyncio.Transport) -> bool:
+    def admit(self, handler: RequestHandler, transport: asyncio.BaseTransport) -> bool:
         """Count a new connection; False (not counted) when its peer is at the cap."""
         peer = _peer(transport)
         if self._peers[peer] >= self._max_per_client:
@@ -166,7 +166,7 @@ def _methods(app: web.Application) -> str:
     return ", ".join(sorted(methods))
 
 
-def _peer(transport: asyncio.Transport) -> str:
+def _peer(transport: asyncio.BaseTransport) -> str:
     name = transport.get_extra_info("peername")
     if isinstance(name, tuple) and name:
         return str(name[0])
