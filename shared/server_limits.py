@@ -15,11 +15,11 @@ GM's websocket endpoint run through `guarded_runner`, which sets:
 - `body_timeout`: how long a handler may wait for a request body; handlers that read
   bodies apply it (the LC's report route answers 408).
 
-A service may also pass `error_response` to answer requests that fail before routing
-(an unknown method, malformed headers, a Content-Encoding aiohttp cannot decode) in its
-own error format instead of aiohttp's plain text: an unknown method becomes 405 with
-`Allow`, an undecodable encoding 415; these are logged at debug level, not as errors
-with a traceback, because any client on the network can send them.
+Requests that fail before routing (an unknown method, malformed headers, a
+Content-Encoding aiohttp cannot decode) are answered 405 with `Allow`, 415, or 400, in
+the service's own format when it passes `error_response` (plain text otherwise), and
+logged at debug level, not as errors with a traceback: any client on the network can
+send them, and an error log per bad request is a way to flood the logs.
 """
 
 from __future__ import annotations
@@ -72,9 +72,9 @@ class _GuardedHandler(RequestHandler):
     def handle_error(self, request: web.BaseRequest, status: int = 500,
                      exc: BaseException | None = None, message: str | None = None) -> web.StreamResponse:
         manager = self._manager
-        render = manager.error_response if isinstance(manager, _LimitedServer) else None
-        if render is None or status >= 500:
+        if not isinstance(manager, _LimitedServer) or status >= 500:
             return super().handle_error(request, status, exc, message)
+        render = manager.error_response or _plain_text
         if request.writer.output_size > 0:
             raise ConnectionError("response already started, cannot send the error")
         headers: dict[str, str] = {}
@@ -158,6 +158,11 @@ def guarded_runner(app: web.Application, *, limits: ServerLimits | None = None,
                    error_response: ErrorResponse | None = None, **kwargs: Any) -> GuardedAppRunner:
     """`web.AppRunner(app, **kwargs)` with read timeouts and per-client connection caps."""
     return GuardedAppRunner(app, limits=limits, error_response=error_response, **kwargs)
+
+
+def _plain_text(status: int, message: str, headers: dict[str, str]) -> web.Response:
+    """aiohttp's own format, for services that pass no error_response."""
+    return web.Response(status=status, text=message + "\n", headers=headers)
 
 
 def _methods(app: web.Application) -> str:

@@ -582,6 +582,14 @@ async def test_gm_closes_idle_connections_but_not_websocket_sessions(
                 assert await reader.read() == b""  # closed by the idle limit
         finally:
             writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        try:  # garbage before routing: a 405, logged at debug (the log guard checks)
+            writer.write(b"FOO / HTTP/1.1\r\nHost: x\r\n\r\n")
+            async with asyncio.timeout(TIMEOUT):
+                reply = await reader.read()
+        finally:
+            writer.close()
+        assert reply.startswith(b"HTTP/1.0 405") and b"\r\nAllow: GET, HEAD\r\n" in reply
         hub = server.hub
         assert hub is not None
         # ten GM pings span more than three idle timeouts: the session is still the first one
