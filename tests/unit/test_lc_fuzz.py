@@ -173,7 +173,7 @@ def _check_relayable(served: Served, after: int) -> None:
                                 report.owner_name, body))
 
 
-@settings(max_examples=200, deadline=None, derandomize=True,
+@settings(max_examples=200, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.data_too_large])
 @given(report=_report_text(), encoding=_ENCODINGS)

@@ -80,7 +80,7 @@ _bodies = st.dictionaries(st.text(max_size=5), st.recursive(
         st.text(max_size=4), inner, max_size=2), max_leaves=8), max_size=3)
 
 
-@settings(max_examples=100, deadline=None, derandomize=True)
+@settings(max_examples=100, deadline=None, derandomize=True, database=None)
 @given(body=_bodies, depth=st.integers(0, 130),
        namespace=st.sampled_from(["default", "n" * 63, "n" * 64]),
        name=st.sampled_from(["n", "m" * 253, "m" * 254]))
