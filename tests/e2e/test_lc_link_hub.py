@@ -597,3 +597,27 @@ async def test_gm_closes_idle_connections_but_not_websocket_sessions(
         assert (hub.stats.sessions_opened, link.info.sessions, link.state) == (1, 1, "connected")
     finally:
         await server.stop()
+
+
+async def test_suspects_recorded_before_a_restart_are_sent_one_at_a_time(
+        source: MemSource, handler: MemHandler, lc: LocalController, links: list[GMLink]) -> None:
+    """The suspect horizon is in the store: a restarted LC probes from its first session, so
+    the GM closes on the poisoned report once, not once for the whole window."""
+    assert lc.store is not None
+    server = HubServer(source, handler)
+    server.max_frame_bytes = 4096
+    await server.start()
+    try:
+        good = [await lc.store.append_report("Model", "default", "m1", {"n": i}) for i in range(3)]
+        big = await lc.store.append_report("Model", "default", "m1", {"blob": "x" * 8192})
+        later = await lc.store.append_report("Model", "default", "m1", {"n": 9})
+        await lc.store.put_meta("link.suspect_upto", str(big))  # as a previous run left it
+        link = attach(lc, links, server.address)
+        await wait_for(lambda: sorted(set(handler.seqs("m1"))) == [*good, later], within=TIMEOUT,
+                       message="every good report applied")
+        hub = server.hub
+        assert hub is not None
+        assert (hub.stats.sessions_broken, link.info.sessions) == (1, 2)
+        assert lc.store.dead_letter_counts == {"protocol": 1}
+    finally:
+        await server.stop()
