@@ -63,6 +63,7 @@ from gm.upstream import UpstreamStatus
 from gm.workers import WorkerConfig
 from shared.logs import event
 from shared.metrics import CONTENT_TYPE, Counter, Registry
+from shared.server_limits import guarded_runner
 from shared.tasks import FailFast, Supervised
 from shared.tls import TLSConfigError, server_context
 
@@ -215,7 +216,7 @@ class GlobalManager:
         self.app.router.add_get("/healthz", self._healthz)
         self.app.router.add_get("/readyz", self._readyz)
         self.app.router.add_get("/metrics", self._metrics)
-        self._runner = web.AppRunner(self.app, handle_signals=False, access_log=None)
+        self._runner = guarded_runner(self.app, handle_signals=False, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.websocket.address, self.config.websocket.port,
                            ssl_context=ssl_context)

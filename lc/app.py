@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from lc.api import build_app
+from lc.api import build_app, protocol_error_response
 from lc.config import LCConfig
 from lc.dispatch import Dispatcher
 from lc.errors import ConfigError
@@ -37,6 +37,7 @@ from lc.managers.model import ModelManager
 from lc.metrics import LCMetrics
 from lc.store import Store
 from shared.logs import event
+from shared.server_limits import guarded_runner
 from shared.tasks import Restart, Supervised
 from shared.tls import TLSConfigError, server_context
 
@@ -105,7 +106,8 @@ class LocalController:
         """Open the store, resume managers, serve HTTP, start the link."""
         cfg = self.config
         self.store = await Store.open(cfg.db_path, synchronous=cfg.db_synchronous,
-                                      observe=self.metrics.observe_batch)
+                                      observe=self.metrics.observe_batch,
+                                      worker_ttl=cfg.worker_ttl)
         try:
             await self._start_managers()
             await self._start_http()
@@ -134,8 +136,10 @@ class LocalController:
     async def _start_http(self) -> None:
         assert self.store is not None and self.dispatcher is not None
         app = build_app(store=self.store, dispatcher=self.dispatcher, metrics_=self.metrics,
-                        link_state=self.link_state)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT)
+                        link_state=self.link_state, limits=self.config.server_limits)
+        self._runner = guarded_runner(app, limits=self.config.server_limits, access_log=None,
+                                      error_response=protocol_error_response,
+                                      shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.bind_address, self.config.bind_port,
                            ssl_context=self._server_ssl())

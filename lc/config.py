@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lc.errors import ConfigError
+from shared.server_limits import ServerLimits
 
 DEFAULT_BIND_PORT = 9100
 DEFAULT_ROOTFS = "/rootfs"
@@ -41,6 +42,17 @@ class LCConfig:
     gm_ca_file: str | None = None  # CA bundle the GM's certificate must chain to (wss only)
     tls_cert_file: str | None = None  # with tls_key_file, the worker API serves https
     tls_key_file: str | None = None
+    http_idle_timeout: float = 15.0  # keep-alive idle limit, also the deadline for headers
+    http_body_timeout: float = 30.0
+    http_max_conns_per_client: int = 512
+    worker_ttl: float = 7 * 24 * 3600.0  # /sedna/workers forgets reports older than this
+
+    @property
+    def server_limits(self) -> ServerLimits:
+        """The worker API's read timeouts and connection cap."""
+        return ServerLimits(idle_timeout=self.http_idle_timeout,
+                            body_timeout=self.http_body_timeout,
+                            max_connections_per_client=self.http_max_conns_per_client)
 
     @property
     def gm_url(self) -> str | None:
@@ -75,6 +87,10 @@ def load(env: Mapping[str, str] | None = None) -> LCConfig:
         gm_ca_file=tls["GM_CA_FILE"],
         tls_cert_file=tls["LC_TLS_CERT_FILE"],
         tls_key_file=tls["LC_TLS_KEY_FILE"],
+        http_idle_timeout=_positive_float(env, "LC_HTTP_IDLE_TIMEOUT", 15.0),
+        http_body_timeout=_positive_float(env, "LC_HTTP_BODY_TIMEOUT", 30.0),
+        http_max_conns_per_client=_positive_int(env, "LC_HTTP_MAX_CONNS_PER_CLIENT", 512),
+        worker_ttl=_positive_float(env, "LC_WORKER_TTL", 7 * 24 * 3600.0),
     )
 
 
@@ -168,4 +184,17 @@ def _positive_float(env: Mapping[str, str], key: str, default: float) -> float:
         raise ConfigError(f"{key} must be a number of seconds, got {raw!r}") from None
     if not value > 0 or value != value or value == float("inf"):
         raise ConfigError(f"{key} must be a positive finite number, got {raw!r}")
+    return value
+
+
+def _positive_int(env: Mapping[str, str], key: str, default: int) -> int:
+    raw = env.get(key, "")
+    if raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{key} must be a whole number, got {raw!r}") from None
+    if value < 1:
+        raise ConfigError(f"{key} must be at least 1, got {raw!r}")
     return value

@@ -6,6 +6,10 @@ manager, which loses every federated-learning report (its Python library sends
 this node holds, and if none matches yet it is kept as the worker's last report and
 routed as soon as the GM sends the matching job. Downstream objects are written to the
 store first and then handed to their manager, so a restarted LC replays them (`resume`).
+
+A report is checked against the GM's own limits (proto/limits.py) before anything is
+stored or looked up: a report the GM could not decode would otherwise be answered 200
+and then never delivered. Every outbox entry a manager builds is checked the same way.
 """
 
 from __future__ import annotations
@@ -16,9 +20,20 @@ from typing import Any, Literal
 
 from lc.errors import ReportError, ResourceError
 from lc.managers.base import Manager, Outgoing
+from lc.managers.forward import status_body
 from lc.report import WorkerReport
 from lc.store import Store, WorkerRecord
+from proto.errors import InvalidFrame
 from proto.kinds import canonical_kind
+from proto.limits import (
+    MAX_KIND,
+    MAX_NAME,
+    MAX_NAMESPACE,
+    check_json_like,
+    check_name,
+    check_object_names,
+    check_text,
+)
 from shared.logs import event
 
 log = logging.getLogger(__name__)
@@ -43,6 +58,7 @@ class Dispatcher:
 
     async def handle_report(self, report: WorkerReport) -> Route:
         """Route and durably store one validated report; returns where it went."""
+        check_relayable(report)
         _require_owner(report)
         manager = self.manager(report.owner_kind) if report.owner_kind else None
         if manager is None:
@@ -52,8 +68,8 @@ class Dispatcher:
             event(log, "report kept until its job is known", worker=report.name,
                   key=f"{report.namespace}/{report.owner_name}", owner_kind=report.owner_kind)
             return "unrouted"
-        entries = manager.report_entries(report, namespace=report.namespace,
-                                         name=report.owner_name)
+        entries = _checked_entries(manager, report, namespace=report.namespace,
+                                   name=report.owner_name)
         await self._store.record_report(report.to_json(), routed_kind=manager.kind,
                                         entries=[tuple(e) for e in entries])
         return "forwarded" if entries else "ignored"
@@ -72,7 +88,13 @@ class Dispatcher:
         """Forward reports that arrived before this job did."""
         for record in await self._store.unrouted(namespace, name):
             report = _report_of(record)
-            entries = manager.report_entries(report, namespace=namespace, name=name)
+            try:
+                entries = _checked_entries(manager, report, namespace=namespace, name=name)
+            except ReportError as exc:
+                event(log, "waiting report not relayable, kept unforwarded",
+                      level=logging.WARNING, worker=record.name, key=f"{namespace}/{name}",
+                      error=exc.message)
+                entries = []
             routed = await self._store.route_worker(
                 record.namespace, record.name, record.received_at, routed_kind=manager.kind,
                 entries=[tuple(e) for e in entries])
@@ -85,14 +107,29 @@ class Dispatcher:
     async def upsert(self, kind: str, namespace: str, name: str, obj: dict[str, Any]) -> None:
         """Persist the GM's latest version of an object, then apply it."""
         manager = self._checked(kind, namespace, name)
+        if manager.takes_reports:
+            await self._forget_replaced(manager, namespace, name, obj)
         await self._store.put_resource(manager.kind, namespace, name, obj)
         await self._apply(manager, namespace, name, obj)
 
     async def delete(self, kind: str, namespace: str, name: str) -> None:
-        """Forget an object this node no longer needs."""
+        """Forget an object this node no longer needs, with its workers' records."""
         manager = self._checked(kind, namespace, name)
         await self._store.delete_resource(manager.kind, namespace, name)
         await manager.delete(namespace, name)
+        if manager.takes_reports:
+            await self._store.forget_workers(namespace, name, routed_kind=manager.kind,
+                                             unrouted=True)
+
+    async def _forget_replaced(self, manager: Manager, namespace: str, name: str,
+                               obj: dict[str, Any]) -> None:
+        """A job recreated under the same name (new uid): its predecessor's workers go.
+        Unrouted records stay, they may be the new job's own early reports."""
+        old = await self._store.get_resource(manager.kind, namespace, name)
+        old_uid, new_uid = _uid(old), _uid(obj)
+        if old_uid and new_uid and old_uid != new_uid:
+            await self._store.forget_workers(namespace, name, routed_kind=manager.kind,
+                                             unrouted=False)
 
     async def snapshot(self, objects: Iterable[tuple[str, str, str, dict[str, Any]]]) -> None:
         """Make the node's objects exactly `objects` (after a (re)connect to the GM)."""
@@ -132,12 +169,52 @@ class Dispatcher:
         return manager
 
 
+def check_relayable(report: WorkerReport) -> None:
+    """Refuse at the door what the GM would refuse later: the same rules, proto/limits.py.
+
+    The body checked is the upstream status body every job manager forwards, with models,
+    i.e. the deepest one a report can become; strings are checked for valid text because
+    a lone surrogate can be neither stored (as UTF-8) nor sent.
+    """
+    try:
+        check_name("name", report.name, MAX_NAME)
+        check_name("namespace", report.namespace, MAX_NAMESPACE)
+        check_name("ownerName", report.owner_name, MAX_NAME)
+        check_name("ownerKind", report.owner_kind, MAX_KIND)
+        check_text(report.kind, "kind")
+        check_text(report.status, "status")
+        check_json_like(status_body(report, include_models=True), "report")
+    except InvalidFrame as exc:
+        raise ReportError(f"report of worker(name={report.name[:MAX_NAME]}) cannot be relayed "
+                          f"to the GM: {exc}", reason="limits") from None
+
+
+def _checked_entries(manager: Manager, report: WorkerReport, *, namespace: str,
+                     name: str) -> list[Outgoing]:
+    """The manager's outbox entries for `report`, each one the GM's decoder accepts."""
+    entries = manager.report_entries(report, namespace=namespace, name=name)
+    try:
+        for entry in entries:
+            check_object_names(entry.kind, entry.namespace, entry.name)
+            check_json_like(entry.body, "body")
+    except InvalidFrame as exc:
+        raise ReportError(f"status for {namespace}/{name} cannot be relayed to the GM: {exc}",
+                          reason="limits") from None
+    return entries
+
+
 def _require_owner(report: WorkerReport) -> None:
     missing = [key for key, value in (("namespace", report.namespace),
                                       ("ownerName", report.owner_name)) if not value]
     if missing:
         raise ReportError(f"worker(name={report.name}) report lacks {' and '.join(missing)}",
                           reason="missing_owner")
+
+
+def _uid(obj: Any) -> str:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    uid = meta.get("uid") if isinstance(meta, dict) else None
+    return uid if isinstance(uid, str) else ""
 
 
 def _report_of(record: WorkerRecord) -> WorkerReport:

@@ -10,11 +10,23 @@ snapshot carry everything across sessions.
 Two modes, fixed at dial time by whether the GM picked the native subprotocol:
 
 - native: hello both ways, snapshot markers, per-seq acks; a report leaves the outbox
-  only once the GM applied it (or refused it for good).
+  only once the GM applied it, or refused it for good: then it moves to the store's
+  dead letters with the GM's reason, as does a report this side cannot encode.
 - upstream: upstream Sedna's JSON envelope. An upstream GM never acks, so a report is
   deleted once the websocket write returned, as upstream's LC does: a report written
   into a connection that dies before the GM reads it is lost. That is the price of
   talking to a GM that cannot acknowledge.
+
+Poison isolation (native). A report whose frame the GM cannot decode makes the GM close
+the session with a protocol error, and would do so again on every replay, holding back
+every report behind it. The LC cannot tell which of the reports in flight was at fault,
+so it records them as suspects (the highest suspect seq, persisted in the store), and
+the following sessions send suspects one at a time: a session closed with a protocol
+error while one suspect is alone in flight convicts it (dead letter, reason "protocol"),
+and a suspect acked, or not closed on within the ack timeout, is cleared. Past the last
+suspect the window opens again. The worker API refuses such reports at the door
+(lc/dispatch.py), so this guards against reports stored before that check existed or
+a GM whose limits differ.
 """
 
 from __future__ import annotations
@@ -39,6 +51,7 @@ from proto import (
     CLOSE_GOING_AWAY,
     CLOSE_PROTOCOL_ERROR,
     CLOSE_REPLACED,
+    CLOSE_UNSUPPORTED_DATA,
     PROTOCOL_VERSIONS,
     Message,
     ObjKey,
@@ -51,12 +64,18 @@ from proto import (
     encode_upstream,
     hello,
 )
+from proto.errors import CLOSE_INVALID_PAYLOAD, CLOSE_MESSAGE_TOO_BIG
+from proto.limits import check_json_like
 from shared.logs import event
 from shared.tasks import until_first_done
 
 log = logging.getLogger(__name__)
 
 CLOSE_INTERNAL_ERROR = 1011
+FRAME_REFUSED_CODES = frozenset({CLOSE_PROTOCOL_ERROR, CLOSE_UNSUPPORTED_DATA,
+                                 CLOSE_INVALID_PAYLOAD, CLOSE_MESSAGE_TOO_BIG})
+"""Close codes with which a GM says a frame it received was unacceptable."""
+SUSPECTS_KEY = "link.suspect_upto"
 
 
 class SessionEnded(Exception):
@@ -104,7 +123,9 @@ class Session:
         self._metrics = metrics
         self._inflight = InFlight(limit=params.window, ack_timeout=params.ack_timeout)
         self._room = asyncio.Event()
-        self._acks: asyncio.Queue[int] = asyncio.Queue()
+        self._acks: asyncio.Queue[tuple[int, str | None]] = asyncio.Queue()  # (seq, refusal)
+        self._suspect_upto = 0  # reports with seq <= this go one at a time (see module doc)
+        self._probe: tuple[int, float] | None = None  # (seq, sent at) of the suspect in flight
         self._seen: set[ObjKey] | None = None  # keys upserted since snapshot begin
         self._snapshot_frames = 0
         self._loop = asyncio.get_running_loop()
@@ -119,6 +140,8 @@ class Session:
 
     async def run(self, on_established: Callable[[Session], None]) -> None:
         """Handshake, then run the session's tasks until one of them ends it."""
+        if self.native:
+            self._suspect_upto = await self._load_suspects()
         await self._handshake()
         on_established(self)
         tasks = [asyncio.create_task(self._read_loop(), name="lc-link-read"),
@@ -131,7 +154,65 @@ class Session:
         finally:
             self._metrics.inflight.set(0)
             await self._flush_acks()
-        raise _first_end(done)
+        end = _first_end(done)
+        if self.native and end.peer_code in FRAME_REFUSED_CODES:
+            await self._isolate(end)
+        raise end
+
+    # ---- poison isolation ------------------------------------------------------------
+
+    async def _load_suspects(self) -> int:
+        try:
+            async with asyncio.timeout(self.p.hello_timeout):
+                return int(await self._store.get_meta(SUSPECTS_KEY) or 0)
+        except (StoreError, ValueError, TimeoutError) as exc:
+            event(log, "suspect reports unknown, sending normally", level=logging.WARNING,
+                  error=str(exc) or "timeout")
+            return 0
+
+    def _careful(self, cursor: int) -> bool:
+        """Whether the next report to send is a suspect (sent alone)."""
+        return cursor < self._suspect_upto
+
+    def _probe_busy(self) -> bool:
+        """A suspect is alone in flight and has neither been acked nor outlived the timeout."""
+        if self._probe is None:
+            return False
+        seq, sent_at = self._probe
+        if seq not in self._inflight or self._loop.time() - sent_at >= self.p.ack_timeout:
+            self._probe = None
+            return False
+        return True
+
+    async def _isolate(self, end: SessionEnded) -> None:
+        """The GM refused a frame: convict the lone suspect, or suspect what was in flight."""
+        probe, self._probe = self._probe, None
+        try:
+            async with asyncio.timeout(self.p.ack_flush_timeout):
+                if probe is not None and probe[0] in self._inflight:
+                    await _unless_cancelled(self._store.dead_letter(
+                        probe[0], reason="protocol", error=end.reason))
+                    self._count_dead(probe[0], "protocol", end.reason)
+                elif len(self._inflight):
+                    upto = max(self._suspect_upto, *self._inflight_seqs())
+                    await _unless_cancelled(self._store.put_meta(SUSPECTS_KEY, str(upto)))
+                    event(log, "GM refused a frame; reports in flight are sent one at a time "
+                          "next", level=logging.WARNING, suspects=len(self._inflight),
+                          upto=upto, error=end.reason)
+        except (StoreError, TimeoutError) as exc:
+            event(log, "suspect reports not recorded", level=logging.WARNING,
+                  error=str(exc) or "timeout")
+
+    def _inflight_seqs(self) -> list[int]:
+        return [e.seq for e in self._inflight.overdue(float("inf"))]
+
+    async def _clear_suspects(self) -> None:
+        self._suspect_upto = 0
+        try:
+            await _unless_cancelled(self._store.put_meta(SUSPECTS_KEY, None))
+        except StoreError as exc:
+            raise SessionEnded(f"cannot clear suspect reports: {exc}",
+                               code=CLOSE_INTERNAL_ERROR) from exc
 
     # ---- handshake -------------------------------------------------------------------
 
@@ -250,9 +331,9 @@ class Session:
             self._info.refused += 1
             self._metrics.reports.inc("refused")
             where = f"{entry.namespace}/{entry.name}" if entry else "?"
-            event(log, "report refused by the GM, dropped", level=logging.WARNING, seq=msg.seq,
-                  kind=entry.kind if entry else "?", key=where, error=error)
-        self._acks.put_nowait(msg.seq)
+            event(log, "report refused by the GM, moved to dead letters", level=logging.WARNING,
+                  seq=msg.seq, kind=entry.kind if entry else "?", key=where, error=error)
+        self._acks.put_nowait((msg.seq, error))
 
     # ---- writing ---------------------------------------------------------------------
 
@@ -277,7 +358,11 @@ class Session:
         while True:
             for entry in self._inflight.overdue(self._loop.time()):
                 await self._send_report(entry, resend=True)
+            if self._suspect_upto and not self._careful(cursor) and not self._probe_busy():
+                await self._clear_suspects()
             room = self._inflight.room()
+            if self._careful(cursor):
+                room = 0 if self._probe_busy() else 1
             if room == 0:
                 await self._wait_room(self._wait_budget())
                 continue
@@ -292,21 +377,26 @@ class Session:
             await self._store.wait_outbox(cursor, within=self._wait_budget())
             return cursor
         for entry in entries:
-            await self._send_report(entry, resend=False)
+            probe = self._careful(cursor)
+            if await self._send_report(entry, resend=False) and probe:
+                self._probe = (entry.seq, self._loop.time())
             cursor = entry.seq
         return cursor
 
-    async def _send_report(self, entry: OutboxEntry, *, resend: bool) -> None:
+    async def _send_report(self, entry: OutboxEntry, *, resend: bool) -> bool:
+        """Send one report; False when it could not be encoded (it is a dead letter now)."""
         try:
             msg = Message(Op.STATUS, entry.seq, entry.kind, entry.namespace, entry.name, entry.body)
+            check_json_like(entry.body, "body")  # what the GM's decoder checks
             data = encode_native(msg, max_bytes=self.p.max_frame_bytes)
         except ProtocolError as exc:
             await self._drop(entry, str(exc))
-            return
+            return False
         await self._send(data)
         self._inflight.add(entry, self._loop.time())
         self._metrics.inflight.set(len(self._inflight))
         self._count_sent(resend)
+        return True
 
     async def _send_upstream(self) -> None:
         """Send in seq order and delete once written: upstream GMs never ack."""
@@ -326,6 +416,7 @@ class Session:
     async def _send_upstream_report(self, entry: OutboxEntry) -> None:
         try:
             msg = Message(Op.STATUS, 0, entry.kind, entry.namespace, entry.name, entry.body)
+            check_json_like(entry.body, "body")
             data = encode_upstream(msg, max_bytes=self.p.max_frame_bytes)
         except ProtocolError as exc:
             await self._drop(entry, str(exc))
@@ -348,15 +439,22 @@ class Session:
             self._metrics.reports.inc("resent")
 
     async def _drop(self, entry: OutboxEntry, error: str) -> None:
-        """An entry that can never be sent: log it and take it out of the outbox."""
+        """An entry that can never be sent: move it to the dead letters with the reason."""
         self._info.dropped += 1
         self._metrics.reports.inc("dropped")
-        event(log, "report cannot be sent, dropped", level=logging.ERROR, seq=entry.seq,
-              kind=entry.kind, key=f"{entry.namespace}/{entry.name}", error=error)
+        event(log, "report cannot be sent, moved to dead letters", level=logging.WARNING,
+              seq=entry.seq, kind=entry.kind, key=f"{entry.namespace}/{entry.name}", error=error)
         try:
-            await _unless_cancelled(self._store.ack_one(entry.seq))
+            await _unless_cancelled(self._store.dead_letter(entry.seq, reason="unsendable",
+                                                            error=error))
         except StoreError as exc:
             raise SessionEnded(f"cannot drop report {entry.seq}: {exc}", code=CLOSE_INTERNAL_ERROR) from exc
+
+    def _count_dead(self, seq: int, reason: str, error: str) -> None:
+        self._info.dropped += 1
+        self._metrics.reports.inc("dropped")
+        event(log, "report the GM cannot decode moved to dead letters", level=logging.WARNING,
+              seq=seq, reason=reason, error=error)
 
     def _wait_budget(self) -> float:
         """How long the sender may wait before it must look for overdue acks again."""
@@ -383,33 +481,40 @@ class Session:
 
     async def _ack_loop(self) -> None:
         while True:
-            seqs = [await self._acks.get()]
-            await self._delete_acked(seqs + self._drain_acks())
+            acks = [await self._acks.get()]
+            await self._delete_acked(acks + self._drain_acks())
 
-    def _drain_acks(self) -> list[int]:
-        seqs: list[int] = []
+    def _drain_acks(self) -> list[tuple[int, str | None]]:
+        acks: list[tuple[int, str | None]] = []
         while not self._acks.empty():
-            seqs.append(self._acks.get_nowait())
-        return seqs
+            acks.append(self._acks.get_nowait())
+        return acks
 
-    async def _delete_acked(self, seqs: list[int]) -> None:
-        """Delete acked reports; concurrent deletes share one group-commit transaction."""
+    def _settle(self, acks: list[tuple[int, str | None]]) -> Awaitable[list[Any]]:
+        """Delete applied reports, move refused ones to the dead letters: one transaction."""
+        return asyncio.gather(*(
+            self._store.ack_one(seq) if error is None
+            else self._store.dead_letter(seq, reason="refused", error=error)
+            for seq, error in acks))
+
+    async def _delete_acked(self, acks: list[tuple[int, str | None]]) -> None:
+        """Settle acked reports; concurrent writes share one group-commit transaction."""
         try:
-            await _unless_cancelled(asyncio.gather(*(self._store.ack_one(seq) for seq in seqs)))
+            await _unless_cancelled(self._settle(acks))
         except StoreError as exc:
             raise SessionEnded(f"cannot delete acked reports: {exc}", code=CLOSE_INTERNAL_ERROR) from exc
 
     async def _flush_acks(self) -> None:
         """Delete acks that arrived before the end, so the next session does not resend them."""
-        seqs = self._drain_acks()
-        if not seqs:
+        acks = self._drain_acks()
+        if not acks:
             return
         try:
             async with asyncio.timeout(self.p.ack_flush_timeout):
-                await _unless_cancelled(asyncio.gather(*(self._store.ack_one(seq) for seq in seqs)))
+                await _unless_cancelled(self._settle(acks))
         except (StoreError, TimeoutError) as exc:
             event(log, "acked reports left in the outbox", level=logging.WARNING,
-                  count=len(seqs), error=str(exc) or "timeout")
+                  count=len(acks), error=str(exc) or "timeout")
 
 
 async def _unless_cancelled(deleting: Awaitable[Any]) -> Any:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
+from lc.store import DEAD_LETTER_REASONS
 from shared.metrics import Counter, Gauge, Histogram, Registry
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -30,8 +31,17 @@ class LCMetrics:
         self.outbox_size: Gauge = r.gauge(
             "sedna_lc_outbox_size", "Reports committed and not yet acked by the GM.",
             fn=outbox_size)
+        self.dead_letters: Gauge = r.gauge(
+            "sedna_lc_dead_letters", "Reports the GM can never apply, held in the dead-letter "
+            "table, by reason (refused, unsendable, protocol).", ["reason"])
         for route in ROUTES:
             self.reports_accepted.inc(route, amount=0)
+        self.set_dead_letters({})
+
+    def set_dead_letters(self, counts: Mapping[str, int]) -> None:
+        """Refresh the dead-letter gauge from the store's counts (at scrape time)."""
+        for reason in (*DEAD_LETTER_REASONS, *counts):
+            self.dead_letters.set(counts.get(reason, 0), reason)
 
     def observe_batch(self, size: int, seconds: float) -> None:
         """Group-commit observer: one call per committed transaction."""

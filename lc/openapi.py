@@ -53,10 +53,14 @@ _REPORT_OP = {
         "schema": {"$ref": "#/components/schemas/WorkerReport"}}}},
     "responses": {
         "200": _error("Committed durably to the outbox."),
-        "400": _error("Malformed JSON, wrong field type, name mismatch or missing owner."),
+        "400": _error("Malformed JSON, wrong field type, name mismatch, missing owner, a "
+                      "body that does not decompress, or a report the GM would refuse "
+                      "(nesting, name lengths, invalid Unicode: proto/limits.py)."),
         "406": _error("Accept header excludes JSON."),
+        "408": _error("The body did not arrive within the body timeout."),
         "413": _error(f"Body larger than {MAX_BODY} bytes."),
-        "415": _error("Content-Type is not JSON."),
+        "415": _error("Content-Type is not JSON, or Content-Encoding is not identity, gzip "
+                      "or deflate."),
         "503": _error("The report could not be committed; retry."),
     },
 }
@@ -68,6 +72,15 @@ _WORKERS = {"type": "object", "properties": {"workers": {"type": "array", "items
                    "receivedAt": {"type": "string", "format": "date-time"},
                    "routedKind": {"type": ["string", "null"]},
                    "report": {"$ref": "#/components/schemas/WorkerReport"}}}}}}
+
+_DEAD = {"type": "object", "properties": {
+    "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
+    "deadLetters": {"type": "array", "items": {"type": "object", "properties": {
+        "seq": {"type": "integer"}, "kind": {"type": "string"},
+        "namespace": {"type": "string"}, "name": {"type": "string"}, "body": {},
+        "createdAt": {"type": "number"}, "deadAt": {"type": "number"},
+        "reason": {"type": "string", "enum": ["refused", "unsendable", "protocol"]},
+        "error": {"type": "string"}}}}}}
 
 _HEALTH = {"type": "object", "properties": {"status": {"type": "string"},
                                             "db": {"type": "string"}, "link": {"type": "string"}}}
@@ -82,6 +95,16 @@ DOCUMENT: dict[str, Any] = {
                                    "operationId": "listWorkers",
                                    "responses": {"200": _json("Workers.", _WORKERS),
                                                  "503": _error("Store unavailable.")}}},
+        "/sedna/deadletters": {"get": {
+            "summary": "Reports the GM can never apply (refused, unsendable, or whose frame "
+                       "the GM refused), newest first; they no longer block the outbox.",
+            "operationId": "listDeadLetters",
+            "parameters": [{"name": "limit", "in": "query", "required": False,
+                            "schema": {"type": "integer", "minimum": 1, "maximum": 10000,
+                                       "default": 100}}],
+            "responses": {"200": _json("Dead letters and their counts by reason.", _DEAD),
+                          "400": _error("Bad limit."),
+                          "503": _error("Store unavailable.")}}},
         "/healthz": {"get": {"summary": "The process is serving.", "operationId": "healthz",
                              "responses": {"200": _json("Alive.", _HEALTH)}}},
         "/readyz": {"get": {"summary": "The store answers; link state is informative.",

@@ -12,6 +12,12 @@ Why SQLite and how it is used:
   power; group commit (lc/groupcommit.py) shares one fsync among all reports that
   arrive together, so FULL costs little throughput. LC_DB_SYNCHRONOUS=NORMAL trades that
   guarantee for latency.
+- A report the GM can never apply (refused with a reason, or one that cannot be sent) is
+  moved from the outbox to `lc_deadletters` with the reason, in one transaction, so it
+  neither blocks the reports behind it nor disappears without a trace. The table keeps
+  the newest MAX_DEAD_LETTERS rows.
+- Worker records (GET /sedna/workers) are keyed by namespace/name; they go with their
+  job (`forget_workers`) and expire after the worker TTL (`expire_workers`).
 - Every SQLite call runs on one dedicated thread with its own connection, never on the
   event loop. Tables are prefixed `lc_` so the file can coexist with the `resources`
   table an upstream LC may have left at the same default path.
@@ -34,7 +40,12 @@ import orjson
 from lc.errors import StoreClosedError, StoreCorruptError, StoreError, StoreOpenError
 from lc.groupcommit import BatchObserver, GroupCommitter, Op
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+MAX_DEAD_LETTERS = 10_000
+DEFAULT_WORKER_TTL = 7 * 24 * 3600.0
+DEAD_LETTER_REASONS = ("refused", "unsendable", "protocol")
+"""refused: the GM acked it with an error; unsendable: this LC cannot encode it within the
+protocol's limits; protocol: the GM closed the session over this report's frame."""
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS lc_resources (
     kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,
@@ -54,7 +65,14 @@ CREATE TABLE IF NOT EXISTS lc_workers (
     report TEXT NOT NULL, received_at REAL NOT NULL, routed_kind TEXT,
     PRIMARY KEY (namespace, name)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS lc_workers_owner ON lc_workers (namespace, owner_name);
-CREATE TABLE IF NOT EXISTS lc_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS lc_workers_received ON lc_workers (received_at);
+CREATE TABLE IF NOT EXISTS lc_deadletters (
+    seq INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,
+    body TEXT NOT NULL, created_at REAL NOT NULL,
+    reason TEXT NOT NULL, error TEXT NOT NULL, dead_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS lc_meta (
+    key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 """
 
 
@@ -73,6 +91,26 @@ class OutboxEntry:
         """The entry as the plain dict the link encodes."""
         return {"seq": self.seq, "kind": self.kind, "namespace": self.namespace,
                 "name": self.name, "body": self.body}
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A report taken out of the outbox for good, and why."""
+
+    seq: int
+    kind: str
+    namespace: str
+    name: str
+    body: Any
+    created_at: float
+    reason: str
+    error: str
+    dead_at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seq": self.seq, "kind": self.kind, "namespace": self.namespace,
+                "name": self.name, "body": self.body, "createdAt": self.created_at,
+                "reason": self.reason, "error": self.error, "deadAt": self.dead_at}
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +138,9 @@ class Store:
     """Async facade over the SQLite file; open with `await Store.open(path)`."""
 
     def __init__(self, path: str, executor: ThreadPoolExecutor, conn: sqlite3.Connection,
-                 *, observe: BatchObserver | None) -> None:
+                 *, observe: BatchObserver | None, worker_ttl: float = DEFAULT_WORKER_TTL) -> None:
         self.path = path
+        self.worker_ttl = worker_ttl  # worker records older than this are dropped
         self._executor = executor
         self._conn = conn
         self._committer = GroupCommitter(self._run_batch, executor, observe=observe)
@@ -109,13 +148,15 @@ class Store:
         self._outbox_size = 0
         self._last_seq = 0
         self.outbox_epoch = ""  # set at open, see _outbox_epoch
+        self._dead_counts: dict[str, int] = {}
         self._open = True
 
     # ---- lifecycle -------------------------------------------------------------------
 
     @classmethod
     async def open(cls, path: str, *, synchronous: str = "FULL",
-                   observe: BatchObserver | None = None) -> Store:
+                   observe: BatchObserver | None = None,
+                   worker_ttl: float = DEFAULT_WORKER_TTL) -> Store:
         """Open (creating if needed) and check the database; raise a StoreError if unusable."""
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lc-store")
         loop = asyncio.get_running_loop()
@@ -124,9 +165,10 @@ class Store:
         except BaseException:
             executor.shutdown(wait=False)
             raise
-        store = cls(path, executor, conn, observe=observe)
+        store = cls(path, executor, conn, observe=observe, worker_ttl=worker_ttl)
         store._outbox_size, store._last_seq = await store._read(_outbox_counts)
         store.outbox_epoch = await store._read(_outbox_epoch)
+        store._dead_counts = await store._read(_dead_counts)
         store._committer.start()
         return store
 
@@ -219,16 +261,69 @@ class Store:
             return False
         return True
 
+    # ---- dead letters ----------------------------------------------------------------
+
+    @property
+    def dead_letter_counts(self) -> dict[str, int]:
+        """Dead letters held, by reason."""
+        return dict(self._dead_counts)
+
+    async def dead_letter(self, seq: int, *, reason: str, error: str) -> bool:
+        """Move outbox entry `seq` to the dead letters; False if it was no longer there."""
+        if reason not in DEAD_LETTER_REASONS:
+            raise ValueError(f"unknown dead-letter reason {reason!r}")
+
+        def op(conn: sqlite3.Connection) -> tuple[int, dict[str, int]]:
+            conn.execute(
+                "INSERT OR REPLACE INTO lc_deadletters SELECT seq, kind, namespace, name, body, "
+                "created_at, ?, ?, ? FROM lc_outbox WHERE seq = ?",
+                (reason, error, time.time(), seq))
+            moved = conn.execute("DELETE FROM lc_outbox WHERE seq = ?", (seq,)).rowcount
+            conn.execute("DELETE FROM lc_deadletters WHERE seq IN (SELECT seq FROM "
+                         "lc_deadletters ORDER BY seq DESC LIMIT -1 OFFSET ?)",
+                         (MAX_DEAD_LETTERS,))
+            return moved, _dead_counts(conn)
+
+        def committed(result: tuple[int, dict[str, int]]) -> None:
+            self._acked(result[0])
+            self._dead_counts = result[1]
+
+        moved, _ = await self.write(op, on_commit=committed)
+        return moved == 1
+
+    async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        """The newest dead letters, newest first."""
+        rows = await self._read(lambda c: c.execute(
+            "SELECT seq, kind, namespace, name, body, created_at, reason, error, dead_at "
+            "FROM lc_deadletters ORDER BY seq DESC LIMIT ?", (limit,)).fetchall())
+        return [DeadLetter(r[0], r[1], r[2], r[3], orjson.loads(r[4]), *r[5:]) for r in rows]
+
+    async def get_meta(self, key: str) -> str | None:
+        """A small persistent setting of the LC's own (e.g. the link's suspect horizon)."""
+        row = await self._read(lambda c: c.execute(
+            "SELECT value FROM lc_meta WHERE key = ?", (key,)).fetchone())
+        return None if row is None else row[0]
+
+    async def put_meta(self, key: str, value: str | None) -> None:
+        """Set (or with None, delete) a persistent setting."""
+        if value is None:
+            await self.write(lambda c: c.execute("DELETE FROM lc_meta WHERE key = ?", (key,)))
+        else:
+            await self.write(lambda c: c.execute(
+                "INSERT OR REPLACE INTO lc_meta VALUES (?, ?)", (key, value)))
+
     # ---- workers ---------------------------------------------------------------------
 
     async def record_report(self, report: dict[str, Any], *, routed_kind: str | None,
                             entries: list[tuple[str, str, str, Any]]) -> list[int]:
         """Store a worker's last report and its outbox entries in one transaction."""
         rows = [(k, ns, n, encode(body)) for k, ns, n, body in entries]
+        now = time.time()
         worker = (report["namespace"], report["name"], report["ownerKind"],
-                  report["ownerName"], encode(report), time.time(), routed_kind)
+                  report["ownerName"], encode(report), now, routed_kind)
 
         def op(conn: sqlite3.Connection) -> list[int]:
+            conn.execute("DELETE FROM lc_workers WHERE received_at < ?", (now - self.worker_ttl,))
             conn.execute("INSERT OR REPLACE INTO lc_workers VALUES (?,?,?,?,?,?,?)", worker)
             return _append_op(rows)(conn)
 
@@ -250,10 +345,21 @@ class Store:
         return bool(seqs) or not rows
 
     async def workers(self) -> list[WorkerRecord]:
-        """The last report of every worker, by namespace and name."""
+        """The last report of every worker within the TTL, by namespace and name."""
+        cutoff = time.time() - self.worker_ttl
         rows = await self._read(lambda c: c.execute(
-            "SELECT * FROM lc_workers ORDER BY namespace, name").fetchall())
+            "SELECT * FROM lc_workers WHERE received_at >= ? ORDER BY namespace, name",
+            (cutoff,)).fetchall())
         return [_worker(r) for r in rows]
+
+    async def forget_workers(self, namespace: str, owner_name: str, *, routed_kind: str,
+                             unrouted: bool) -> int:
+        """Drop the worker records of one job (routed to `routed_kind`, and with `unrouted`
+        those no job took yet); returns how many went."""
+        sql = ("DELETE FROM lc_workers WHERE namespace = ? AND owner_name = ? AND "
+               "(routed_kind = ?" + (" OR routed_kind IS NULL)" if unrouted else ")"))
+        return await self.write(lambda c: c.execute(
+            sql, (namespace, owner_name, routed_kind)).rowcount)
 
     async def unrouted(self, namespace: str, owner_name: str) -> list[WorkerRecord]:
         """Stored reports for this owner that no manager has taken yet."""
@@ -377,6 +483,11 @@ def _outbox_counts(conn: sqlite3.Connection) -> tuple[int, int]:
     size = conn.execute("SELECT COUNT(*) FROM lc_outbox").fetchone()[0]
     row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'lc_outbox'").fetchone()
     return size, (row[0] if row else 0)
+
+
+def _dead_counts(conn: sqlite3.Connection) -> dict[str, int]:
+    rows = conn.execute("SELECT reason, COUNT(*) FROM lc_deadletters GROUP BY reason").fetchall()
+    return {reason: count for reason, count in rows}
 
 
 def _worker(row: tuple[Any, ...]) -> WorkerRecord:

@@ -21,6 +21,8 @@ Operations and what they carry:
   native mode (the LC's durable outbox sequence); 0 means unsequenced (upstream mode).
 - `ack`: GM -> LC, `seq` is the status seq being acknowledged; body is absent when the
   report was applied, `{"error": reason}` when it was refused for good.
+
+Size, length and depth limits live in proto/limits.py, shared with the LC's worker API.
 """
 
 from __future__ import annotations
@@ -31,21 +33,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from proto.errors import InvalidFrame, UnknownOp, UnsupportedVersion
+from proto.limits import MAX_EPOCH, MAX_SEQ, check_object_names
+from proto.limits import MAX_FRAME_BYTES as MAX_FRAME_BYTES  # re-exported: older import path
 
 SUBPROTOCOL = "sedna.msgpack.v1"
 """Websocket subprotocol a native LC offers; without it both sides speak upstream JSON."""
 
 PROTOCOL_VERSIONS: tuple[int, ...] = (1,)
 """Versions of the native protocol this code speaks, oldest first."""
-
-MAX_FRAME_BYTES = 8 * 1024 * 1024
-"""Default frame limit. Kubernetes objects stop at ~1.5 MiB in etcd, reports are small."""
-
-MAX_SEQ = 2**63 - 1
-MAX_EPOCH = 64
-_MAX_KIND = 63
-_MAX_NAMESPACE = 63
-_MAX_NAME = 253
 
 
 class Op(enum.StrEnum):
@@ -82,9 +77,7 @@ class Message:
         if not isinstance(self.op, Op):
             raise InvalidFrame(f"op must be an Op, got {self.op!r}")
         _check_seq(self.seq)
-        _check_str("kind", self.kind, _MAX_KIND)
-        _check_str("namespace", self.namespace, _MAX_NAMESPACE)
-        _check_str("name", self.name, _MAX_NAME)
+        check_object_names(self.kind, self.namespace, self.name)
         if self.body is not None and not isinstance(self.body, Mapping):
             raise InvalidFrame(f"{self.op} body must be a map, got {type(self.body).__name__}")
         _RULES[self.op](self)
@@ -99,13 +92,6 @@ def _check_seq(seq: object) -> None:
         raise InvalidFrame(f"seq must be an integer, got {type(seq).__name__}")
     if not 0 <= seq <= MAX_SEQ:
         raise InvalidFrame(f"seq {seq} is out of range 0..{MAX_SEQ}")
-
-
-def _check_str(field: str, value: object, limit: int) -> None:
-    if not isinstance(value, str):
-        raise InvalidFrame(f"{field} must be a string, got {type(value).__name__}")
-    if len(value) > limit:
-        raise InvalidFrame(f"{field} is {len(value)} characters long, the limit is {limit}")
 
 
 def _rule_object(m: Message) -> None:

@@ -13,10 +13,10 @@ from typing import Any
 import msgpack
 
 from proto.errors import DecodeError, EncodeError, FrameTooLarge, InvalidFrame
-from proto.message import MAX_FRAME_BYTES, Message, Op, parse_op
+from proto.limits import MAX_FRAME_BYTES, check_json_like
+from proto.message import Message, Op, parse_op
 
 _FIELDS = frozenset({"op", "seq", "kind", "namespace", "name", "body"})
-_MAX_DEPTH = 100
 
 
 def encode_native(msg: Message, *, max_bytes: int = MAX_FRAME_BYTES) -> bytes:
@@ -79,22 +79,3 @@ def _unpack(data: bytes | bytearray | memoryview) -> Any:
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         # ExtraData, FormatError, StackError and bad UTF-8 all derive from these.
         raise DecodeError(f"not a msgpack frame: {exc}") from exc
-
-
-def check_json_like(value: Any, path: str, depth: int = 0) -> None:
-    """Raise InvalidFrame unless `value` is made of maps with string keys, lists and scalars."""
-    if depth > _MAX_DEPTH:
-        raise InvalidFrame(f"{path} is nested deeper than {_MAX_DEPTH} levels")
-    if value is None or isinstance(value, bool | int | float | str):
-        return
-    if isinstance(value, list):
-        for i, item in enumerate(value):
-            check_json_like(item, f"{path}[{i}]", depth + 1)
-        return
-    if isinstance(value, dict):
-        for k, item in value.items():
-            if not isinstance(k, str):
-                raise InvalidFrame(f"{path} has a non-string key {k!r}")
-            check_json_like(item, f"{path}.{k}", depth + 1)
-        return
-    raise InvalidFrame(f"{path} holds a {type(value).__name__}, which JSON cannot carry")

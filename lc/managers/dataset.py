@@ -8,6 +8,13 @@ after the header. Unlike upstream, the URL and format are re-read from the lates
 on each pass, a spec change triggers an immediate re-count, long lines are counted
 correctly, the last reported count survives restarts (job state in the store), and
 paths that escape the mount are refused.
+
+The last reported count belongs to one Dataset object, identified by its uid: a Dataset
+deleted and recreated under the same name (while this LC was away, say) is a new object
+whose status has no count yet, so its count is reported again even if it is unchanged.
+
+A missing, unreadable or refused index file is the user's data, not a fault of the LC:
+it is logged at WARNING when it first appears or changes, not on every period.
 """
 
 from __future__ import annotations
@@ -80,6 +87,13 @@ def index_path(obj: dict[str, Any], rootfs: str) -> tuple[str, str]:
     return host_to_local(rootfs, url), fmt
 
 
+def uid_of(obj: dict[str, Any]) -> str:
+    """The object's metadata.uid ("" when the GM sent none)."""
+    meta = obj.get("metadata")
+    uid = meta.get("uid") if isinstance(meta, dict) else None
+    return uid if isinstance(uid, str) else ""
+
+
 def scan(obj: dict[str, Any], rootfs: str) -> int:
     """Count the samples of a Dataset object now (blocking file I/O)."""
     path, fmt = index_path(obj, rootfs)
@@ -103,9 +117,12 @@ class DatasetMonitor:
         self.scans = 0
 
     def update(self, obj: dict[str, Any]) -> None:
-        """Take a newer object; re-count at once if its spec changed."""
-        changed = obj.get("spec") != self.obj.get("spec")
+        """Take a newer object; re-count at once if its spec changed or it is a new object."""
+        replaced = uid_of(obj) != uid_of(self.obj)
+        changed = replaced or obj.get("spec") != self.obj.get("spec")
         self.obj = obj
+        if replaced:
+            self.reported = 0  # the new object's status has no count yet
         if changed:
             self._wake.set()
 
@@ -140,7 +157,8 @@ class DatasetMonitor:
             # Outbox first: a crash between the two writes only resends the same count.
             await self._store.append_report(KIND, self.namespace, self.name,
                                             {"numberOfSamples": count})
-            await self._store.put_state(KIND, self.namespace, self.name, {"reported": count})
+            await self._store.put_state(KIND, self.namespace, self.name,
+                                        {"reported": count, "uid": uid_of(self.obj)})
         except StoreError as exc:
             self._log_error(key, f"cannot queue sample count: {exc}")
             return
@@ -150,7 +168,7 @@ class DatasetMonitor:
     def _log_error(self, key: str, error: str) -> None:
         # Logged when the error first appears or changes, not on every period.
         if error != self._last_error:
-            event(log, "dataset scan failed", level=logging.ERROR, key=key, error=error)
+            event(log, "dataset scan failed", level=logging.WARNING, key=key, error=error)
         self._last_error = error
 
 
@@ -175,11 +193,17 @@ class DatasetManager:
         if entry is not None:
             entry[0].update(obj)
             return
-        state = await self._store.get_state(KIND, namespace, name) or {}
         monitor = DatasetMonitor(self._store, namespace, name, obj, rootfs=self._rootfs,
-                                 period=self._period, reported=int(state.get("reported", 0)))
+                                 period=self._period, reported=await self._reported(namespace, name, obj))
         task = supervise(monitor.run, name=f"dataset-monitor:{namespace}/{name}")
         self._monitors[(namespace, name)] = (monitor, task)
+
+    async def _reported(self, namespace: str, name: str, obj: dict[str, Any]) -> int:
+        """The count last reported for this very object (same uid), else 0."""
+        state = await self._store.get_state(KIND, namespace, name) or {}
+        if state.get("uid", "") != uid_of(obj):
+            return 0
+        return int(state.get("reported", 0))
 
     async def delete(self, namespace: str, name: str) -> None:
         entry = self._monitors.pop((namespace, name), None)

@@ -20,7 +20,8 @@ from gm.hub import Hub, ReportDeferred
 from lc.app import LocalController
 from lc.config import LCConfig
 from lc.link import GMLink, LinkSettings, link_factory
-from proto import SUBPROTOCOL, Message, Op, decode_native, encode_native, hello
+from proto import MAX_FRAME_BYTES, SUBPROTOCOL, Message, Op, decode_native, encode_native, hello
+from shared.server_limits import ServerLimits, guarded_runner
 from tests.conftest import wait_for
 from tests.hubfakes import MemSource
 
@@ -82,6 +83,9 @@ class HubServer:
         self.upstream_only = upstream_only
         self.token = token
         self.port = 0
+        self.max_frame_bytes = MAX_FRAME_BYTES
+        self.ping_interval = 10.0
+        self.limits = ServerLimits()
         self.hub: Hub | None = None
         self._runner: web.AppRunner | None = None
 
@@ -91,10 +95,12 @@ class HubServer:
 
     async def start(self) -> Hub:
         self.hub = Hub(self.source, self.handler, token=self.token, close_timeout=1.0,
-                       handler_timeout=TIMEOUT)
+                       handler_timeout=TIMEOUT, max_frame_bytes=self.max_frame_bytes,
+                       ping_interval=self.ping_interval)
         app = web.Application(middlewares=[strip_subprotocol] if self.upstream_only else [])
         self.hub.attach(app)
-        self._runner = web.AppRunner(app, shutdown_timeout=1.0)
+        # the GM's own server setup (gm/app.py): the shared limits
+        self._runner = guarded_runner(app, limits=self.limits, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True)
         await site.start()
@@ -353,7 +359,7 @@ async def test_reports_appended_while_the_gm_is_down_are_delivered_once(
     assert link.info.reconnects >= 1 and link.info.sessions == 2
 
 
-async def test_refused_report_is_dropped_after_its_error_ack(
+async def test_refused_report_moves_to_the_dead_letters_after_its_error_ack(
         gm: HubServer, lc: LocalController, links: list[GMLink], handler: MemHandler,
         source: MemSource) -> None:
     assert lc.store is not None
@@ -363,11 +369,114 @@ async def test_refused_report_is_dropped_after_its_error_ack(
     refused = await lc.store.append_report("Model", "default", "not-mine", {"n": 1})
     applied = await lc.store.append_report("Model", "default", "mine", {"n": 2})
     await wait_for(lambda: handler.seqs("mine") == [applied], within=TIMEOUT, message="good report")
-    await wait_for(lambda: lc.store.outbox_size == 0, within=TIMEOUT, message="refused report dropped")
+    await wait_for(lambda: lc.store.outbox_size == 0, within=TIMEOUT, message="refused report moved")
     assert handler.seqs("not-mine") == []
     assert (link.info.refused, link.info.acked) == (1, 1)
     assert await lc.store.pending(0, 10) == []
-    assert refused < applied
+    [dead] = await lc.store.dead_letters()
+    assert (dead.seq, dead.reason, dead.name, dead.body) == (refused, "refused", "not-mine", {"n": 1})
+    assert dead.error == "Model default/not-mine is not assigned to node edge-1"
+    assert lc.store.dead_letter_counts == {"refused": 1}
+
+
+# ---- poisoned reports never block the ones behind them -------------------------------------
+
+
+def nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+async def _post(base: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT)) as http, \
+            http.post(f"{base}/sedna/workers/{body['name']}/info", json=body) as resp:
+        return resp.status, await resp.json(content_type=None)
+
+
+def _worker_report(worker: str, owner: str, **fields: Any) -> dict[str, Any]:
+    return {"name": worker, "namespace": "default", "ownerName": owner,
+            "ownerKind": "jointinferenceservice", "kind": "inference", "status": "running",
+            "ownerInfo": {"inferenceNumber": 1}, **fields}
+
+
+async def test_poisoned_worker_report_is_refused_and_the_good_ones_reach_the_gm(
+        tmp_path: Path, gm: HubServer, handler: MemHandler, source: MemSource) -> None:
+    source.put(NODE, "JointInferenceService", "ji", {"kind": "JointInferenceService",
+                                                     "metadata": {"name": "ji", "namespace": "default"}})
+    controller = LocalController(lc_config(tmp_path, gm.address), link_factory=link_factory)
+    await controller.start()
+    try:
+        assert controller.store is not None
+        await wait_for(lambda: controller.link_state() == "connected", within=TIMEOUT,
+                       message="link up")
+        store = controller.store
+        await wait_for(lambda: store.get_resource("JointInferenceService", "default", "ji"),
+                       within=TIMEOUT, message="job known")
+        base = f"http://127.0.0.1:{controller.port}"
+        poisoned = [_worker_report("w", "ji", ownerInfo={"deep": nested(150)}),
+                    _worker_report("w", "x" * 254), _worker_report("w", "ji", namespace="n" * 64)]
+        for body in poisoned:
+            status, reply = await _post(base, body)
+            assert status == 400 and reply["Status"] == 400, reply
+            assert "cannot be relayed to the GM" in reply["Message"]
+        for i in range(3):
+            status, _ = await _post(base, _worker_report("w", "ji", ownerInfo={"round": i}))
+            assert status == 200
+        await wait_for(lambda: len(handler.seqs("ji")) == 3, within=TIMEOUT, message="good reports")
+        rounds = [body["output"]["ownerInfo"]["round"] for *_, body in handler.applied]
+        assert rounds == [0, 1, 2]
+        assert gm.hub is not None and gm.hub.stats.sessions_broken == 0
+    finally:
+        await controller.stop()
+
+
+async def test_unsendable_stored_report_becomes_a_dead_letter_and_the_rest_are_relayed(
+        gm: HubServer, lc: LocalController, links: list[GMLink], handler: MemHandler) -> None:
+    """A report stored before the door checked it (an older LC) must not hold the outbox."""
+    assert lc.store is not None
+    poisoned = await lc.store.append_report("Model", "default", "m1", {"info": nested(120)})
+    good = [await lc.store.append_report("Model", "default", "m1", {"n": i}) for i in range(3)]
+    link = attach(lc, links, gm.address)
+    await wait_for(lambda: handler.seqs("m1") == good, within=TIMEOUT, message="good reports")
+    await wait_for(lambda: lc.store.outbox_size == 0, within=TIMEOUT, message="outbox drained")
+    [dead] = await lc.store.dead_letters()
+    assert (dead.seq, dead.reason) == (poisoned, "unsendable")
+    assert "nested deeper than 100 levels" in dead.error
+    assert link.info.sessions == 1 and gm.hub is not None and gm.hub.stats.sessions_broken == 0
+
+
+async def _no_suspects(store: Any) -> bool:
+    return await store.get_meta("link.suspect_upto") is None
+
+
+async def test_frame_the_gm_refuses_is_isolated_and_dead_lettered(
+        source: MemSource, handler: MemHandler, lc: LocalController, links: list[GMLink]) -> None:
+    """A GM with a smaller frame limit closes the session (1009) on one report: the LC finds
+    it by sending the suspects one at a time, dead-letters it, and relays the rest."""
+    assert lc.store is not None
+    server = HubServer(source, handler)
+    server.max_frame_bytes = 4096
+    await server.start()
+    try:
+        before = [await lc.store.append_report("Model", "default", "m1", {"n": i}) for i in range(3)]
+        big = await lc.store.append_report("Model", "default", "m1", {"blob": "x" * 8192})
+        after = [await lc.store.append_report("Model", "default", "m1", {"n": i}) for i in range(3, 6)]
+        link = attach(lc, links, server.address)
+        await wait_for(lambda: lc.store.dead_letter_counts.get("protocol") == 1, within=TIMEOUT,
+                       message="the big report convicted")
+        await wait_for(lambda: sorted(set(handler.seqs("m1"))) == before + after, within=TIMEOUT,
+                       message="every other report applied")
+        await wait_for(lambda: lc.store.outbox_size == 0, within=TIMEOUT, message="outbox drained")
+        [dead] = await lc.store.dead_letters()
+        assert (dead.seq, dead.reason) == (big, "protocol")
+        assert dead.error == "GM closed the connection (code 1009)"
+        store = lc.store
+        await wait_for(lambda: _no_suspects(store), within=TIMEOUT, message="full window again")
+        assert link.info.sessions >= 2
+    finally:
+        await server.stop()
 
 
 async def test_gm_without_the_subprotocol_gets_upstream_mode(
@@ -451,4 +560,64 @@ async def test_bearer_token_is_sent_and_a_wrong_one_is_reported(
         for link in links:
             await link.stop(within=5.0)
         links.clear()
+        await server.stop()
+
+
+# ---- the GM server's limits ----------------------------------------------------------------
+
+
+async def test_gm_closes_idle_connections_but_not_websocket_sessions(
+        source: MemSource, handler: MemHandler, lc: LocalController, links: list[GMLink]) -> None:
+    server = HubServer(source, handler)
+    server.limits = ServerLimits(idle_timeout=0.3)
+    server.ping_interval = 0.1
+    await server.start()
+    try:
+        link = attach(lc, links, server.address)
+        await link.wait_connected(TIMEOUT)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        try:
+            writer.write(b"GET / HTTP/1.1\r\nHo")  # a request whose headers never finish
+            async with asyncio.timeout(TIMEOUT):
+                assert await reader.read() == b""  # closed by the idle limit
+        finally:
+            writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        try:  # garbage before routing: a 405, logged at debug (the log guard checks)
+            writer.write(b"FOO / HTTP/1.1\r\nHost: x\r\n\r\n")
+            async with asyncio.timeout(TIMEOUT):
+                reply = await reader.read()
+        finally:
+            writer.close()
+        assert reply.startswith(b"HTTP/1.0 405") and b"\r\nAllow: GET, HEAD\r\n" in reply
+        hub = server.hub
+        assert hub is not None
+        # ten GM pings span more than three idle timeouts: the session is still the first one
+        await wait_for(lambda: hub.stats.pings_out >= 10, within=TIMEOUT, message="GM pings")
+        assert (hub.stats.sessions_opened, link.info.sessions, link.state) == (1, 1, "connected")
+    finally:
+        await server.stop()
+
+
+async def test_suspects_recorded_before_a_restart_are_sent_one_at_a_time(
+        source: MemSource, handler: MemHandler, lc: LocalController, links: list[GMLink]) -> None:
+    """The suspect horizon is in the store: a restarted LC probes from its first session, so
+    the GM closes on the poisoned report once, not once for the whole window."""
+    assert lc.store is not None
+    server = HubServer(source, handler)
+    server.max_frame_bytes = 4096
+    await server.start()
+    try:
+        good = [await lc.store.append_report("Model", "default", "m1", {"n": i}) for i in range(3)]
+        big = await lc.store.append_report("Model", "default", "m1", {"blob": "x" * 8192})
+        later = await lc.store.append_report("Model", "default", "m1", {"n": 9})
+        await lc.store.put_meta("link.suspect_upto", str(big))  # as a previous run left it
+        link = attach(lc, links, server.address)
+        await wait_for(lambda: sorted(set(handler.seqs("m1"))) == [*good, later], within=TIMEOUT,
+                       message="every good report applied")
+        hub = server.hub
+        assert hub is not None
+        assert (hub.stats.sessions_broken, link.info.sessions) == (1, 2)
+        assert lc.store.dead_letter_counts == {"protocol": 1}
+    finally:
         await server.stop()

@@ -13,6 +13,7 @@ from lc.managers.dataset import count_samples, scan
 from lc.managers.model import ModelInfo, model_info
 from lc.report import WorkerReport
 from lc.rootfs import host_to_local, local_to_host
+from tests.conftest import eventually
 from tests.unit.test_lc_support import running_lc
 
 
@@ -138,7 +139,7 @@ async def test_monitor_period_and_spec_change(tmp_path: Path) -> None:
 
 
 async def test_monitor_refuses_escaping_path(tmp_path: Path, caplog) -> None:
-    caplog.set_level(logging.ERROR, logger="lc.managers.dataset")
+    caplog.set_level(logging.WARNING, logger="lc.managers.dataset")
     (tmp_path / "secret.txt").write_text("x\ny\n")
     async with running_lc(tmp_path) as (lc, _):
         await lc.apply_upsert("Dataset", "default", "ds", _dataset("ds", "/../secret.txt"))
@@ -148,6 +149,49 @@ async def test_monitor_refuses_escaping_path(tmp_path: Path, caplog) -> None:
     errors = [r for r in caplog.records if r.getMessage() == "dataset scan failed"]
     assert errors and errors[0].error == f"path '/../secret.txt' escapes {tmp_path / 'rootfs'}"
     assert errors[0].key == "default/ds"
+    assert [r.levelno for r in errors] == [logging.WARNING]  # user data, reported once
+
+
+def _with_uid(obj: dict, uid: str) -> dict:
+    return {**obj, "metadata": {**obj["metadata"], "uid": uid}}
+
+
+async def _counts(lc) -> list[int]:
+    return [e.body["numberOfSamples"] for e in await lc.store.pending()]
+
+
+async def test_recreated_dataset_gets_its_count_again_after_a_restart(tmp_path: Path) -> None:
+    index = tmp_path / "rootfs" / "index.txt"
+    index.parent.mkdir(parents=True)
+    index.write_text("a\nb\n")
+    async with running_lc(tmp_path) as (lc, _):
+        await lc.apply_upsert("Dataset", "default", "ds", _with_uid(_dataset("ds", "/index.txt"), "u1"))
+        assert await lc.store.wait_outbox(0, within=5)
+        await lc.store.ack(lc.store.last_seq)  # the GM took the count
+    async with running_lc(tmp_path) as (lc, _):  # same object: nothing to report
+        await lc.apply_upsert("Dataset", "default", "ds", _with_uid(_dataset("ds", "/index.txt"), "u1"))
+        await lc.dispatcher.manager("Dataset").monitor("default", "ds").scan_once()
+        assert await _counts(lc) == []
+    async with running_lc(tmp_path) as (lc, _):  # deleted and recreated while the LC was away
+        await lc.apply_upsert("Dataset", "default", "ds", _with_uid(_dataset("ds", "/index.txt"), "u2"))
+        await eventually(lambda: _counts_are(lc, [2]), message="count for the new object")
+
+
+async def test_dataset_replaced_in_place_is_counted_again(tmp_path: Path) -> None:
+    index = tmp_path / "rootfs" / "index.txt"
+    index.parent.mkdir(parents=True)
+    index.write_text("a\n")
+    async with running_lc(tmp_path) as (lc, _):
+        await lc.apply_upsert("Dataset", "default", "ds", _with_uid(_dataset("ds", "/index.txt"), "u1"))
+        await eventually(lambda: _counts_are(lc, [1]), message="first count")
+        await lc.apply_upsert("Dataset", "default", "ds", _with_uid(_dataset("ds", "/index.txt"), "u2"))
+        await eventually(lambda: _counts_are(lc, [1, 1]), message="count for the new object")
+        state = await lc.store.get_state("Dataset", "default", "ds")
+        assert state == {"reported": 1, "uid": "u2"}
+
+
+async def _counts_are(lc, expected: list[int]) -> bool:
+    return await _counts(lc) == expected
 
 
 async def test_restart_resumes_without_the_gm(tmp_path: Path) -> None:

@@ -1,0 +1,292 @@
+"""What the LC refuses at the door, and how: bad input is a JSON 4xx, never a 5xx.
+
+Against a real LocalController on a loopback port: reports the GM would refuse later
+(proto/limits.py), bodies that do not decode, methods and encodings the server does not
+speak, connections that idle or trickle, one client holding too many connections. Also
+the places where what cannot be relayed ends up (dead letters) and the lifetime of the
+worker records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import eventually
+from tests.unit.test_lc_support import running_lc, session
+
+REPORT = {"name": "w1", "namespace": "default", "ownerName": "ji",
+          "ownerKind": "jointinferenceservice", "kind": "inference", "status": "running",
+          "ownerInfo": {"inferenceNumber": 1}}
+
+
+def nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def _json_text(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+async def _post(base: str, data: bytes | str, headers: dict[str, str] | None = None,
+                worker: str = "w1") -> tuple[int, dict[str, Any], Any]:
+    async with session() as http, http.post(
+            f"{base}/sedna/workers/{worker}/info", data=data,
+            headers={"Content-Type": "application/json", **(headers or {})}) as resp:
+        return resp.status, json.loads(await resp.read()), resp.headers
+
+
+async def _raw(port: int, data: bytes, *, within: float = 5.0) -> bytes:
+    """Send raw bytes, return everything the server sends until it closes (or `within`)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(data)
+        await writer.drain()
+        async with asyncio.timeout(within):
+            return await reader.read()
+    finally:
+        writer.close()
+
+
+def _report(**fields: Any) -> str:
+    return json.dumps({**REPORT, **fields})
+
+
+# ---- what the GM would refuse is refused here --------------------------------------------
+
+@pytest.mark.parametrize(("body", "message"), [
+    pytest.param(_report(ownerInfo={"x": nested(99)}), "is nested deeper than 100 levels",
+                 id="depth-99"),
+    pytest.param(_report(ownerInfo={"x": nested(251)}), "is nested deeper than 100 levels",
+                 id="depth-251"),
+    pytest.param(_report(results=[{"m": nested(120)}]), "is nested deeper than 100 levels",
+                 id="results-depth"),
+    pytest.param(_report(namespace="n" * 64), "namespace is 64 characters long, the limit is 63",
+                 id="namespace-64"),
+    pytest.param(_report(ownerName="o" * 254), "ownerName is 254 characters long, the limit is 253",
+                 id="owner-name-254"),
+    pytest.param(_report(ownerKind="k" * 64), "ownerKind is 64 characters long, the limit is 63",
+                 id="owner-kind-64"),
+    pytest.param('{"name": "w1", "namespace": "default", "ownerName": "ji", "status": "\\ud800"}',
+                 "status holds '\\ud800', a lone surrogate", id="lone-surrogate-status"),
+    pytest.param('{"name": "w1", "namespace": "default", "ownerName": "j\\ud800"}',
+                 "ownerName holds '\\ud800', a lone surrogate", id="lone-surrogate-owner-no-kind"),
+    pytest.param(_report()[:-1] + ', "ownerInfo": {"\\udfff": 1}}',
+                 "a key of report.output.ownerInfo holds '\\udfff'", id="lone-surrogate-key"),
+])
+async def test_reports_the_gm_would_refuse_are_400(tmp_path: Path, body: str, message: str) -> None:
+    async with running_lc(tmp_path) as (lc, base):
+        status, reply, _ = await _post(base, body)
+        assert (status, reply["Status"]) == (400, 400)
+        assert "cannot be relayed to the GM" in reply["Message"] and message in reply["Message"]
+        assert await lc.store.pending() == [] and await lc.store.workers() == []
+        assert lc.metrics.reports_rejected.value("limits") == 1
+
+
+@pytest.mark.parametrize("depth", [255, 1024, 1025, 5000])
+async def test_deep_json_is_a_400_at_any_depth(tmp_path: Path, depth: int) -> None:
+    async with running_lc(tmp_path) as (_, base):
+        body = _report()[:-1] + f', "ownerInfo": {{"x": {_json_text(depth)}}}}}'
+        status, reply, headers = await _post(base, body)
+        assert (status, reply["Status"]) == (400, 400), reply
+        assert "Retry-After" not in headers
+
+
+async def test_report_at_the_limits_is_accepted(tmp_path: Path) -> None:
+    async with running_lc(tmp_path) as (lc, base):
+        # body.output.ownerInfo is level 2, so ownerInfo may hold 98 more levels
+        body = _report(namespace="n" * 63, ownerName="o" * 253, ownerInfo={"x": nested(97)},
+                       status="ok \u00e9\U0001f600")
+        status, reply, _ = await _post(base, body)
+        assert (status, reply) == (200, {"Status": 200, "Message": "OK"})
+        assert await lc.store.workers()
+
+
+# ---- bodies and requests the server cannot read -------------------------------------------
+
+async def test_corrupt_gzip_body_is_400(tmp_path: Path) -> None:
+    async with running_lc(tmp_path) as (lc, base):
+        status, reply, headers = await _post(base, b"\x1f\x8b\x08\x00garbage-not-deflate",
+                                             {"Content-Encoding": "gzip"})
+        assert (status, reply["Status"]) == (400, 400)
+        assert reply["Message"].startswith("body cannot be decoded: Can not decode content-encoding")
+        assert headers["Connection"] == "close"
+        status, _, _ = await _post(base, gzip.compress(_report().encode()),
+                                   {"Content-Encoding": "gzip"})
+        assert status == 200  # the server itself is fine
+
+
+@pytest.mark.parametrize("encoding", ["compress", "x-unknown", "gzip, gzip", "br"])
+async def test_unknown_content_encoding_is_415(tmp_path: Path, encoding: str) -> None:
+    async with running_lc(tmp_path) as (lc, base):
+        status, reply, _ = await _post(base, _report(), {"Content-Encoding": encoding})
+        assert (status, reply["Status"]) == (415, 415)
+        assert await lc.store.pending() == []
+
+
+@pytest.mark.parametrize("method", [b"FOO", b"BREW", b"QUERYX"])
+async def test_unknown_method_is_json_405_with_allow(tmp_path: Path, method: bytes) -> None:
+    async with running_lc(tmp_path) as (lc, _):
+        raw = await _raw(lc.port, method + b" /sedna/workers/w1/info HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Length: 0\r\n\r\n")
+        head, _, body = raw.partition(b"\r\n\r\n")
+        assert head.split(b"\r\n")[0].endswith(b"405 Method Not Allowed")
+        assert b"\r\nAllow: GET, HEAD, POST" in head
+        assert b"Content-Type: application/json" in head
+        assert json.loads(body) == {"Status": 405, "Message": "the request method is not one "
+                                                              "this server implements"}
+
+
+# ---- timeouts and connection caps ---------------------------------------------------------
+
+async def test_idle_and_half_sent_connections_are_closed(tmp_path: Path) -> None:
+    async with running_lc(tmp_path, LC_HTTP_IDLE_TIMEOUT="0.3") as (lc, _):
+        assert await _raw(lc.port, b"") == b""  # never sends a request
+        assert await _raw(lc.port, b"POST /sedna/workers/w1/info HTTP/1.1\r\nHo") == b""
+        # after a response, an idle keep-alive connection goes the same way
+        reply = await _raw(lc.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert reply.startswith(b"HTTP/1.1 200 OK") and reply.endswith(b'{"status": "ok"}')
+
+
+async def test_body_that_does_not_arrive_is_408(tmp_path: Path) -> None:
+    async with running_lc(tmp_path, LC_HTTP_BODY_TIMEOUT="0.3") as (lc, _):
+        reader, writer = await asyncio.open_connection("127.0.0.1", lc.port)
+        try:
+            writer.write(b"POST /sedna/workers/w1/info HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                         b"application/json\r\nContent-Length: 100\r\n\r\n{\"na")
+            async with asyncio.timeout(5):
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+                body = await reader.readexactly(length)
+        finally:
+            writer.close()
+        assert head.startswith(b"HTTP/1.1 408") and b"Connection: close" in head
+        assert json.loads(body) == {"Status": 408, "Message": "body not received within 0.3s"}
+        assert await lc.store.workers() == []
+
+
+async def test_connections_beyond_the_per_client_cap_are_closed(tmp_path: Path) -> None:
+    async with running_lc(tmp_path, LC_HTTP_MAX_CONNS_PER_CLIENT="2") as (lc, base):
+        held = [await asyncio.open_connection("127.0.0.1", lc.port) for _ in range(2)]
+        try:
+            assert await _raw(lc.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n") == b""
+            reader, writer = held[0]
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            async with asyncio.timeout(5):
+                assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+        finally:
+            for _, writer in held:
+                writer.close()
+        # the cap counts live connections only: once they are gone, new ones are served
+        async def served() -> bool:
+            async with session() as http, http.get(base + "/healthz") as resp:
+                return resp.status == 200
+        await eventually(served, message="a new connection served")
+
+
+# ---- dead letters -------------------------------------------------------------------------
+
+async def test_dead_letters_endpoint_and_metrics(tmp_path: Path) -> None:
+    async with running_lc(tmp_path) as (lc, base):
+        first = await lc.store.append_report("Model", "default", "m", {"n": 1})
+        second = await lc.store.append_report("Model", "default", "m", {"n": 2})
+        kept = await lc.store.append_report("Model", "default", "m", {"n": 3})
+        assert await lc.store.dead_letter(first, reason="refused", error="not assigned")
+        assert await lc.store.dead_letter(second, reason="unsendable", error="too deep")
+        assert not await lc.store.dead_letter(first, reason="refused", error="again")
+        assert [e.seq for e in await lc.store.pending()] == [kept]
+        assert lc.store.outbox_size == 1
+        async with session() as http:
+            async with http.get(base + "/sedna/deadletters") as resp:
+                doc = await resp.json()
+            async with http.get(base + "/sedna/deadletters?limit=1") as resp:
+                one = await resp.json()
+            async with http.get(base + "/sedna/deadletters?limit=0") as resp:
+                bad = (resp.status, await resp.json())
+            async with http.get(base + "/metrics") as resp:
+                text = await resp.text()
+        assert doc["counts"] == {"refused": 1, "unsendable": 1}
+        assert [(d["seq"], d["reason"], d["error"], d["body"]) for d in doc["deadLetters"]] == [
+            (second, "unsendable", "too deep", {"n": 2}), (first, "refused", "not assigned", {"n": 1})]
+        assert [d["seq"] for d in one["deadLetters"]] == [second]
+        assert bad[0] == 400 and bad[1]["Status"] == 400
+        assert 'sedna_lc_dead_letters{reason="refused"} 1' in text
+        assert 'sedna_lc_dead_letters{reason="unsendable"} 1' in text
+        assert 'sedna_lc_dead_letters{reason="protocol"} 0' in text
+
+
+async def test_dead_letters_survive_a_restart(tmp_path: Path) -> None:
+    async with running_lc(tmp_path) as (lc, _):
+        seq = await lc.store.append_report("Model", "default", "m", {"n": 1})
+        await lc.store.dead_letter(seq, reason="protocol", error="GM closed (1002)")
+    async with running_lc(tmp_path) as (lc, _):
+        assert lc.store.dead_letter_counts == {"protocol": 1}
+        assert lc.store.outbox_size == 0
+
+
+# ---- worker records go with their job ------------------------------------------------------
+
+def _job(uid: str) -> dict[str, Any]:
+    return {"kind": "JointInferenceService",
+            "metadata": {"name": "ji", "namespace": "default", "uid": uid}, "spec": {}}
+
+
+async def _workers(base: str) -> list[str]:
+    async with session() as http, http.get(base + "/sedna/workers") as resp:
+        return [w["name"] for w in (await resp.json())["workers"]]
+
+
+async def test_worker_records_go_when_their_job_is_deleted(tmp_path: Path) -> None:
+    async with running_lc(tmp_path) as (lc, base):
+        await lc.apply_upsert("JointInferenceService", "default", "ji", _job("u1"))
+        assert (await _post(base, _report()))[0] == 200
+        assert (await _post(base, _report(name="w2", ownerName="other"), worker="w2"))[0] == 200
+        assert await _workers(base) == ["w1", "w2"]
+        await lc.apply_delete("JointInferenceService", "default", "ji")
+        assert await _workers(base) == ["w2"]  # a report of an unknown job stays (TTL)
+
+
+async def test_worker_records_go_when_their_job_is_replaced(tmp_path: Path) -> None:
+    async with running_lc(tmp_path) as (lc, base):
+        await lc.apply_upsert("JointInferenceService", "default", "ji", _job("u1"))
+        assert (await _post(base, _report()))[0] == 200
+        await lc.apply_upsert("JointInferenceService", "default", "ji", _job("u1"))  # same job
+        assert await _workers(base) == ["w1"]
+        await lc.apply_upsert("JointInferenceService", "default", "ji", _job("u2"))
+        assert await _workers(base) == []
+
+
+async def test_worker_records_expire(tmp_path: Path) -> None:
+    async with running_lc(tmp_path, LC_WORKER_TTL="0.2") as (lc, base):
+        assert (await _post(base, _report()))[0] == 200
+        await eventually(lambda: _no_workers(base), message="stale worker record expired")
+        assert (await _post(base, _report(name="w2"), worker="w2"))[0] == 200
+        rows = await lc.store._read(lambda c: c.execute("SELECT name FROM lc_workers").fetchall())
+        assert rows == [("w2",)]  # the stale row was deleted, not only hidden
+
+
+async def _no_workers(base: str) -> bool:
+    return await _workers(base) == []
+
+
+async def test_http_settings_are_validated(tmp_path: Path) -> None:
+    from lc.config import load
+    from lc.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="LC_HTTP_MAX_CONNS_PER_CLIENT must be at least 1"):
+        load({"LC_HTTP_MAX_CONNS_PER_CLIENT": "0"})
+    with pytest.raises(ConfigError, match="LC_HTTP_IDLE_TIMEOUT must be a positive"):
+        load({"LC_HTTP_IDLE_TIMEOUT": "-1"})
+    cfg = load({"LC_HTTP_IDLE_TIMEOUT": "2", "LC_HTTP_BODY_TIMEOUT": "3",
+                "LC_HTTP_MAX_CONNS_PER_CLIENT": "4", "LC_WORKER_TTL": "60"})
+    limits = cfg.server_limits
+    assert (limits.idle_timeout, limits.body_timeout, limits.max_connections_per_client,
+            cfg.worker_ttl) == (2.0, 3.0, 4, 60.0)
