@@ -8,6 +8,7 @@ with such a delay pending never fails.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 
 import pytest
@@ -45,7 +46,11 @@ def test_every_delay_fires_once_and_in_deadline_order(loop_factory):
         assert [q.pending_at(("k", i)) is None for i in range(len(DELAYS))] == [d == 0 for d in DELAYS]
         got = await drain(q, len(DELAYS))
         elapsed = loop.time() - added
-        assert got == [("k", i) for i in range(len(DELAYS))]
+        assert sorted(got) == [("k", i) for i in range(len(DELAYS))]  # each fired exactly once
+        # in deadline order wherever deadlines are a millisecond apart (uvloop's timer grain;
+        # below it, the order of a plain Handle and a 0 ms timer is the loop's business)
+        grains = [math.ceil(DELAYS[i] * 1000) for _, i in got]
+        assert grains == sorted(grains)
         assert elapsed >= DELAYS[-1] - 0.01  # the longest one really waited (uvloop rounds to ms)
         assert len(q) == 0 and all(q.pending_at(("k", i)) is None for i in range(len(DELAYS)))
 
@@ -62,7 +67,7 @@ def test_re_adding_with_a_pending_sub_millisecond_delay_keeps_the_earliest(loop_
         assert first is not None
         q.add_after("b", 1.2)
         q.add_after("b", 0.0001)  # an earlier deadline replaces the later timer
-        assert q.pending_at("b") < first + 0.001
+        assert q.pending_at("b") <= asyncio.get_running_loop().time() + 0.0001
         assert sorted(await drain(q, 2)) == ["a", "b"]
         assert q.pending_at("a") is None and q.pending_at("b") is None
         # each key fired once: nothing else becomes due
