@@ -16,8 +16,8 @@ import pytest
 KUBECTL = os.environ.get("KUBECTL", "/usr/bin/kubectl")
 
 
-async def eventually(predicate: Callable[[], Any], *, within: float = 5.0, interval: float = 0.01,
-                     message: str = "condition") -> Any:
+async def eventually(predicate: Callable[[], Any], message: str = "condition", *,
+                     within: float = 5.0, interval: float = 0.01) -> Any:
     """Poll `predicate` (plain or async) until it returns a truthy value and return that value;
     fail the test after `within` seconds. Write the predicate so that it implies the assertion
     that follows, never a sleep before it."""
@@ -32,9 +32,6 @@ async def eventually(predicate: Callable[[], Any], *, within: float = 5.0, inter
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {within}s waiting for {message}")
         await asyncio.sleep(interval)
-
-
-wait_for = eventually  # the older name, kept while tests move over
 
 
 # ---- the log guard ----------------------------------------------------------------------

@@ -7,7 +7,7 @@ import sys
 import yaml
 
 from devcluster.runtime import ImageEntry
-from tests.conftest import run_kubectl, wait_for
+from tests.conftest import eventually, run_kubectl
 
 DEPLOY = """
 apiVersion: apps/v1
@@ -95,7 +95,7 @@ async def test_apply_get_describe_scale_rollout_delete(kubectl, cluster):
     assert "Scheduled" in out and "default-scheduler" in out
 
     assert 'deployment.apps "web" deleted' in await _ok(kubectl, "delete", "deployment", "web", within=30)
-    await wait_for(lambda: not cluster.store.list(_rt(cluster, "pods"), "default")[0], within=10,
+    await eventually(lambda: not cluster.store.list(_rt(cluster, "pods"), "default")[0], within=10,
                    message="pods collected")
     assert "No resources found" in (await kubectl("get", "rs"))[2]
 
@@ -113,7 +113,7 @@ async def test_crd_short_names_printer_columns_status_patch_and_watch(kubectl, c
 
     watcher = asyncio.create_task(kubectl("get", "wg", "w1", "-w", "--request-timeout=3s",
                                           "-o", "custom-columns=NAME:.metadata.name,SIZE:.spec.size"))
-    await wait_for(lambda: cluster.store.watcher_count() > 0, within=10, message="kubectl watching")
+    await eventually(lambda: cluster.store.watcher_count() > 0, within=10, message="kubectl watching")
     await _ok(kubectl, "patch", "widget", "w1", "--type=merge", "-p", '{"spec":{"size":7}}')
     rc, out, err = await watcher
     lines = [line.split() for line in out.splitlines()]

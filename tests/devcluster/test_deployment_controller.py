@@ -4,7 +4,7 @@ import re
 
 from kubernetes_asyncio.client import ApiClient
 
-from tests.conftest import wait_for
+from tests.conftest import eventually
 from tests.devcluster.helpers import deployment, owned_by, rt
 
 
@@ -26,7 +26,7 @@ def _complete(store, name, replicas):
 async def test_deployment_creates_rs_and_running_pods(live):
     store = live.store
     store.create(rt(store, "deployments", "apps"), "default", deployment("web", replicas=2))
-    await wait_for(lambda: _complete(store, "web", 2), message="rollout")
+    await eventually(lambda: _complete(store, "web", 2), message="rollout")
     d, rss, pods = _state(store, "web")
     assert len(rss) == 1
     rs = rss[0]
@@ -61,7 +61,7 @@ async def test_deployment_creates_rs_and_running_pods(live):
 async def test_deleted_pod_is_replaced(live):
     store = live.store
     store.create(rt(store, "deployments", "apps"), "default", deployment("heal", replicas=2))
-    await wait_for(lambda: _complete(store, "heal", 2), message="rollout")
+    await eventually(lambda: _complete(store, "heal", 2), message="rollout")
     _, rss, pods = _state(store, "heal")
     victim = owned_by(pods, rss[0])[0]["metadata"]["name"]
     store.delete(rt(store, "pods"), "default", victim)
@@ -72,7 +72,7 @@ async def test_deleted_pod_is_replaced(live):
         names = {p["metadata"]["name"] for p in live_pods}
         return victim not in names and len(live_pods) == 2 and _complete(store, "heal", 2)
 
-    await wait_for(replaced, message="replacement pod")
+    await eventually(replaced, message="replacement pod")
     events, _ = store.list(rt(store, "events"), "default")
     assert any(e["reason"] == "SuccessfulCreate" for e in events)
 
@@ -81,14 +81,14 @@ async def test_scale_through_scale_subresource(live):
     store = live.store
     d_rt = rt(store, "deployments", "apps")
     store.create(d_rt, "default", deployment("sc", replicas=1))
-    await wait_for(lambda: _complete(store, "sc", 1), message="rollout")
+    await eventually(lambda: _complete(store, "sc", 1), message="rollout")
     store.patch(d_rt, "default", "sc", "merge", {"spec": {"replicas": 3}}, subresource="scale")
-    await wait_for(lambda: _complete(store, "sc", 3), message="scale up")
+    await eventually(lambda: _complete(store, "sc", 3), message="scale up")
     store.patch(d_rt, "default", "sc", "merge", {"spec": {"replicas": 1}}, subresource="scale")
-    await wait_for(lambda: _complete(store, "sc", 1), message="scale down")
+    await eventually(lambda: _complete(store, "sc", 1), message="scale down")
     _, rss, pods = _state(store, "sc")
     assert len(rss) == 1 and rss[0]["spec"]["replicas"] == 1
-    await wait_for(lambda: len(owned_by(_state(store, "sc")[2], rss[0])) == 1, message="pods removed")
+    await eventually(lambda: len(owned_by(_state(store, "sc")[2], rss[0])) == 1, message="pods removed")
 
 
 async def test_rolling_update_respects_surge_and_keeps_history(live):
@@ -97,7 +97,7 @@ async def test_rolling_update_respects_surge_and_keeps_history(live):
     store.create(d_rt, "default", deployment(
         "roll", replicas=3, strategy={"type": "RollingUpdate",
                                       "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}))
-    await wait_for(lambda: _complete(store, "roll", 3), message="first rollout")
+    await eventually(lambda: _complete(store, "roll", 3), message="first rollout")
     pod_rt = rt(store, "pods")
     worst = {"pods": 0, "unavailable": 0}
 
@@ -114,7 +114,7 @@ async def test_rolling_update_respects_surge_and_keeps_history(live):
     try:
         store.patch(d_rt, "default", "roll", "merge",
                     {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx:2"}]}}}})
-        await wait_for(lambda: _complete(store, "roll", 3)
+        await eventually(lambda: _complete(store, "roll", 3)
                        and len(_state(store, "roll")[1]) == 2, within=10, message="second rollout")
     finally:
         unsubscribe()
@@ -133,14 +133,14 @@ async def test_revision_history_limit_cleans_old_replicasets(live):
     store = live.store
     d_rt = rt(store, "deployments", "apps")
     store.create(d_rt, "default", deployment("hist", replicas=1, revisionHistoryLimit=1))
-    await wait_for(lambda: _complete(store, "hist", 1), message="rollout 1")
+    await eventually(lambda: _complete(store, "hist", 1), message="rollout 1")
     for tag in ("2", "3"):
         store.patch(d_rt, "default", "hist", "merge",
                     {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": f"nginx:{tag}"}]}}}})
-        await wait_for(lambda tag=tag: _complete(store, "hist", 1) and any(
+        await eventually(lambda tag=tag: _complete(store, "hist", 1) and any(
             rs["spec"]["template"]["spec"]["containers"][0]["image"] == f"nginx:{tag}"
             and rs["spec"]["replicas"] == 1 for rs in _state(store, "hist")[1]), message=f"rollout {tag}")
-    await wait_for(lambda: len(_state(store, "hist")[1]) == 2, message="cleanup")
+    await eventually(lambda: len(_state(store, "hist")[1]) == 2, message="cleanup")
     revs = sorted(rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"]
                   for rs in _state(store, "hist")[1])
     assert revs == ["2", "3"]
@@ -150,7 +150,7 @@ async def test_recreate_strategy_waits_for_old_pods(live):
     store = live.store
     d_rt = rt(store, "deployments", "apps")
     store.create(d_rt, "default", deployment("rec", replicas=2, strategy={"type": "Recreate"}))
-    await wait_for(lambda: _complete(store, "rec", 2), message="rollout")
+    await eventually(lambda: _complete(store, "rec", 2), message="rollout")
     kubelet = live.controller("kubelet")
     kubelet.freeze()  # old pods stay terminating while frozen
     store.patch(d_rt, "default", "rec", "merge",
@@ -160,9 +160,9 @@ async def test_recreate_strategy_waits_for_old_pods(live):
         rss = _state(store, "rec")[1]
         return len(rss) == 1 and rss[0]["spec"]["replicas"] == 0
 
-    await wait_for(old_scaled_to_zero, message="old RS scaled to 0")
-    await wait_for(lambda: live.controller("deployment-controller").queue.__len__() == 0, message="idle")
+    await eventually(old_scaled_to_zero, message="old RS scaled to 0")
+    await eventually(lambda: live.controller("deployment-controller").queue.__len__() == 0, message="idle")
     assert len(_state(store, "rec")[1]) == 1  # no new RS while old pods still exist
     kubelet.unfreeze()
-    await wait_for(lambda: _complete(store, "rec", 2) and len(_state(store, "rec")[1]) == 2,
+    await eventually(lambda: _complete(store, "rec", 2) and len(_state(store, "rec")[1]) == 2,
                    message="recreated")

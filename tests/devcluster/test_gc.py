@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import eventually
 from tests.devcluster.helpers import deployment, names, owned_by, rt
 
 CRD = {
@@ -45,10 +45,10 @@ async def test_deleting_deployment_removes_replicasets_and_pods(live):
     store = live.store
     d_rt, rs_rt, pod_rt = rt(store, "deployments", "apps"), rt(store, "replicasets", "apps"), rt(store, "pods")
     store.create(d_rt, "default", deployment("gone", replicas=2))
-    await wait_for(lambda: len(store.list(pod_rt, "default", label_selector="app=gone")[0]) == 2,
+    await eventually(lambda: len(store.list(pod_rt, "default", label_selector="app=gone")[0]) == 2,
                    message="pods")
     store.delete(d_rt, "default", "gone")
-    await wait_for(lambda: not store.list(rs_rt, "default")[0]
+    await eventually(lambda: not store.list(rs_rt, "default")[0]
                    and not store.list(pod_rt, "default", label_selector="app=gone")[0],
                    message="cascade")
 
@@ -57,7 +57,7 @@ async def test_deleting_custom_owner_removes_dependents(live):
     store = live.store
     w_rt, cm_rt, _ = _widget_with_children(store)
     store.delete(w_rt, "default", "w1")
-    await wait_for(lambda: not [c for c in store.list(cm_rt, "default")[0]
+    await eventually(lambda: not [c for c in store.list(cm_rt, "default")[0]
                                 if c["metadata"]["name"].startswith("child-")], message="children collected")
 
 
@@ -65,7 +65,7 @@ async def test_orphan_keeps_dependents_without_the_reference(live):
     store = live.store
     w_rt, cm_rt, owner = _widget_with_children(store)
     store.delete(w_rt, "default", "w1", propagation="Orphan")
-    await wait_for(lambda: _exists(store, w_rt, "w1") is None, message="owner removed")
+    await eventually(lambda: _exists(store, w_rt, "w1") is None, message="owner removed")
     children = [c for c in store.list(cm_rt, "default")[0] if c["metadata"]["name"].startswith("child-")]
     assert names(children) == ["child-0", "child-1"]
     assert all("ownerReferences" not in c["metadata"] for c in children)
@@ -75,7 +75,7 @@ async def test_foreground_keeps_owner_until_blocking_dependents_are_gone(live):
     store = live.store
     d_rt, pod_rt = rt(store, "deployments", "apps"), rt(store, "pods")
     store.create(d_rt, "default", deployment("fg", replicas=2))
-    await wait_for(lambda: len([p for p in store.list(pod_rt, "default", label_selector="app=fg")[0]
+    await eventually(lambda: len([p for p in store.list(pod_rt, "default", label_selector="app=fg")[0]
                                 if p["status"].get("phase") == "Running"]) == 2, message="running")
     live.controller("kubelet").freeze()  # pods stay terminating, so they keep blocking
     store.delete(d_rt, "default", "fg", propagation="Foreground")
@@ -84,12 +84,12 @@ async def test_foreground_keeps_owner_until_blocking_dependents_are_gone(live):
         pods = store.list(pod_rt, "default", label_selector="app=fg")[0]
         return pods and all(p["metadata"].get("deletionTimestamp") for p in pods)
 
-    await wait_for(pods_terminating, message="pods marked for deletion")
+    await eventually(pods_terminating, message="pods marked for deletion")
     d = _exists(store, d_rt, "fg")
     assert d is not None and d["metadata"]["finalizers"] == ["foregroundDeletion"]
     assert d["metadata"]["deletionTimestamp"]
     live.controller("kubelet").unfreeze()
-    await wait_for(lambda: _exists(store, d_rt, "fg") is None, message="owner removed last")
+    await eventually(lambda: _exists(store, d_rt, "fg") is None, message="owner removed last")
     assert not store.list(pod_rt, "default", label_selector="app=fg")[0]
 
 
@@ -104,7 +104,7 @@ async def test_dangling_owner_uid_is_collected(live, uid):
         store.delete(cm_rt, "default", "owner")
         store.create(cm_rt, "default", {"metadata": {"name": "owner"}})
     store.create(cm_rt, "default", {"metadata": {"name": "dep", "ownerReferences": [ref]}})
-    await wait_for(lambda: _exists(store, cm_rt, "dep") is None, message="dangling dependent collected")
+    await eventually(lambda: _exists(store, cm_rt, "dep") is None, message="dangling dependent collected")
     assert _exists(store, cm_rt, "owner") is not None
 
 
@@ -115,7 +115,7 @@ async def test_solid_owner_keeps_dependent_and_prunes_dangling_ref(live):
     refs = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "keeper", "uid": owner["metadata"]["uid"]},
             {"apiVersion": "v1", "kind": "ConfigMap", "name": "ghost", "uid": "ghost-uid"}]
     store.create(cm_rt, "default", {"metadata": {"name": "dep2", "ownerReferences": refs}})
-    await wait_for(lambda: len(store.get(cm_rt, "default", "dep2")["metadata"]["ownerReferences"]) == 1,
+    await eventually(lambda: len(store.get(cm_rt, "default", "dep2")["metadata"]["ownerReferences"]) == 1,
                    message="dangling reference pruned")
     assert store.get(cm_rt, "default", "dep2")["metadata"]["ownerReferences"][0]["name"] == "keeper"
 
@@ -124,8 +124,8 @@ async def test_rs_owned_pods_follow_owner_chain(live):
     store = live.store
     d_rt, rs_rt = rt(store, "deployments", "apps"), rt(store, "replicasets", "apps")
     d = store.create(d_rt, "default", deployment("chain", replicas=1))
-    await wait_for(lambda: owned_by(store.list(rs_rt, "default")[0], d), message="rs")
+    await eventually(lambda: owned_by(store.list(rs_rt, "default")[0], d), message="rs")
     rs = owned_by(store.list(rs_rt, "default")[0], d)[0]
     store.delete(rs_rt, "default", rs["metadata"]["name"])  # the deployment recreates it
-    await wait_for(lambda: [r for r in owned_by(store.list(rs_rt, "default")[0], d)
+    await eventually(lambda: [r for r in owned_by(store.list(rs_rt, "default")[0], d)
                             if r["metadata"]["uid"] != rs["metadata"]["uid"]], message="rs recreated")

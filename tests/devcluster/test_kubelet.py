@@ -4,7 +4,7 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 
 from devcluster.cluster import DevCluster
-from tests.conftest import assert_no_crashes, wait_for
+from tests.conftest import assert_no_crashes, eventually
 from tests.devcluster.helpers import pod, rt
 
 
@@ -35,9 +35,9 @@ async def test_nodes_and_leases_exist_and_deserialize(live):
         model = await _deserialize(n, "V1Node")
         assert model.status.node_info.kubelet_version == "v1.32.0"
     lease_rt = rt(store, "leases", "coordination.k8s.io")
-    await wait_for(lambda: len(store.list(lease_rt, "kube-node-lease")[0]) == 3, message="leases")
+    await eventually(lambda: len(store.list(lease_rt, "kube-node-lease")[0]) == 3, message="leases")
     first = store.get(lease_rt, "kube-node-lease", "edge-node-1")["spec"]["renewTime"]
-    await wait_for(lambda: store.get(lease_rt, "kube-node-lease", "edge-node-1")["spec"]["renewTime"] != first,
+    await eventually(lambda: store.get(lease_rt, "kube-node-lease", "edge-node-1")["spec"]["renewTime"] != first,
                    within=3, message="lease renewal")
 
 
@@ -47,12 +47,12 @@ async def test_pod_goes_pending_then_running_after_start_delay():
     try:
         store = dc.store
         store.create(rt(store, "pods"), "default", pod("slow"))
-        await wait_for(lambda: _get(store, rt(store, "pods"), "slow")["status"].get("hostIP"), message="pending")
+        await eventually(lambda: _get(store, rt(store, "pods"), "slow")["status"].get("hostIP"), message="pending")
         p = _get(store, rt(store, "pods"), "slow")
         assert p["status"]["phase"] == "Pending"
         assert p["status"]["containerStatuses"][0]["state"] == {"waiting": {"reason": "ContainerCreating"}}
         await _deserialize(p, "V1Pod")
-        await wait_for(lambda: _phase(store, "slow") == "Running", message="running")
+        await eventually(lambda: _phase(store, "slow") == "Running", message="running")
         p = _get(store, rt(store, "pods"), "slow")
         assert p["status"]["podIP"].startswith("10.244.")
         assert p["status"]["hostIP"].startswith("10.0.0.")
@@ -69,7 +69,7 @@ async def test_scheduler_honours_node_name_and_selector(live):
     pod_rt = rt(store, "pods")
     store.create(pod_rt, "default", pod("pinned", nodeName="edge-node-2"))
     store.create(pod_rt, "default", pod("cloudy", nodeSelector={"kubernetes.io/hostname": "cloud-node"}))
-    await wait_for(lambda: _phase(store, "pinned") == "Running" and _phase(store, "cloudy") == "Running",
+    await eventually(lambda: _phase(store, "pinned") == "Running" and _phase(store, "cloudy") == "Running",
                    message="running")
     assert store.get(pod_rt, "default", "pinned")["spec"]["nodeName"] == "edge-node-2"
     assert store.get(pod_rt, "default", "cloudy")["spec"]["nodeName"] == "cloud-node"
@@ -87,7 +87,7 @@ async def test_unschedulable_pod_is_retried_when_a_node_appears(live):
         conds = _get(store, pod_rt, "picky")["status"].get("conditions") or []
         return any(c["type"] == "PodScheduled" and c["status"] == "False" for c in conds)
 
-    await wait_for(unschedulable, message="FailedScheduling")
+    await eventually(unschedulable, message="FailedScheduling")
     cond = next(c for c in store.get(pod_rt, "default", "picky")["status"]["conditions"]
                 if c["type"] == "PodScheduled")
     assert cond["reason"] == "Unschedulable"
@@ -98,7 +98,7 @@ async def test_unschedulable_pod_is_retried_when_a_node_appears(live):
     moon = build_node("moon-1", 7)
     moon["metadata"]["labels"]["zone"] = "moon"
     store.create(rt(store, "nodes"), None, moon)
-    await wait_for(lambda: _phase(store, "picky") == "Running", message="scheduled after node change")
+    await eventually(lambda: _phase(store, "picky") == "Running", message="scheduled after node change")
     assert store.get(pod_rt, "default", "picky")["spec"]["nodeName"] == "moon-1"
 
 
@@ -108,10 +108,10 @@ async def test_phase_annotation_ends_the_pod(live, phase, code):
     store = live.store
     pod_rt = rt(store, "pods")
     store.create(pod_rt, "default", pod("job"))
-    await wait_for(lambda: _phase(store, "job") == "Running", message="running")
+    await eventually(lambda: _phase(store, "job") == "Running", message="running")
     store.patch(pod_rt, "default", "job", "merge",
                 {"metadata": {"annotations": {"devcluster.sedna.io/phase": phase}}})
-    await wait_for(lambda: _phase(store, "job") == phase, message=phase)
+    await eventually(lambda: _phase(store, "job") == phase, message=phase)
     p = store.get(pod_rt, "default", "job")
     cs = p["status"]["containerStatuses"][0]
     assert cs["ready"] is False
@@ -125,13 +125,13 @@ async def test_graceful_deletion_is_finished_by_the_kubelet(live):
     store = live.store
     pod_rt = rt(store, "pods")
     store.create(pod_rt, "default", pod("bye"))
-    await wait_for(lambda: _phase(store, "bye") == "Running", message="running")
+    await eventually(lambda: _phase(store, "bye") == "Running", message="running")
     live.controller("kubelet").freeze()
     store.delete(pod_rt, "default", "bye")
     p = store.get(pod_rt, "default", "bye")
     assert p["metadata"]["deletionTimestamp"] and p["metadata"]["deletionGracePeriodSeconds"] == 30
     live.controller("kubelet").unfreeze()
-    await wait_for(lambda: _get(store, pod_rt, "bye") is None, message="pod removed")
+    await eventually(lambda: _get(store, pod_rt, "bye") is None, message="pod removed")
 
 
 async def test_pod_on_unknown_node_stays_pending(live):
@@ -139,6 +139,6 @@ async def test_pod_on_unknown_node_stays_pending(live):
     kubelet = live.controller("kubelet")
     before = kubelet.syncs
     store.create(rt(store, "pods"), "default", pod("lost", nodeName="nowhere"))
-    await wait_for(lambda: kubelet.syncs > before and len(kubelet.queue) == 0, message="kubelet looked at it")
+    await eventually(lambda: kubelet.syncs > before and len(kubelet.queue) == 0, message="kubelet looked at it")
     p = store.get(rt(store, "pods"), "default", "lost")
     assert p["status"]["phase"] == "Pending" and "hostIP" not in p["status"]

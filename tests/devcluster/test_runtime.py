@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from devcluster.cluster import DevCluster
-from tests.conftest import assert_no_crashes, eventually, wait_for
+from tests.conftest import assert_no_crashes, eventually
 from tests.devcluster.helpers import pod, rt
 
 SCRIPT_ENV = ("import os, sys; print('hello from', os.environ['POD_NAME'], os.environ['NODE_NAME'], "
@@ -56,7 +56,7 @@ async def test_process_exit_code_sets_phase_and_env_and_logs_are_served(rdc, cod
     store = rdc.store
     store.create(rt(store, "secrets"), "default", {"metadata": {"name": "s"}, "stringData": {"k": "v"}})
     store.create(rt(store, "pods"), "default", _env_pod("envy", code))
-    await wait_for(lambda: (_get(store, "envy") or {}).get("status", {}).get("phase") == phase, message=phase)
+    await eventually(lambda: (_get(store, "envy") or {}).get("status", {}).get("phase") == phase, message=phase)
     p = _get(store, "envy")
     term = p["status"]["containerStatuses"][0]["state"]["terminated"]
     assert term["exitCode"] == code
@@ -75,10 +75,10 @@ async def test_missing_secret_keeps_pod_pending_with_config_error(rdc):
         cs = ((_get(store, "nosecret") or {}).get("status", {}).get("containerStatuses") or [{}])[0]
         return (cs.get("state") or {}).get("waiting", {}).get("reason") == "CreateContainerConfigError"
 
-    await wait_for(config_error, message="CreateContainerConfigError")
+    await eventually(config_error, message="CreateContainerConfigError")
     assert _get(store, "nosecret")["status"]["phase"] == "Pending"
     store.create(rt(store, "secrets"), "default", {"metadata": {"name": "s"}, "stringData": {"k": "late"}})
-    await wait_for(lambda: _get(store, "nosecret")["status"]["phase"] == "Succeeded", within=5,
+    await eventually(lambda: _get(store, "nosecret")["status"]["phase"] == "Succeeded", within=5,
                    message="started once the secret exists")
 
 
@@ -90,7 +90,7 @@ async def test_restart_policy_restarts_with_backoff(rdc):
         cs = ((_get(store, "crashy") or {}).get("status", {}).get("containerStatuses") or [{}])[0]
         return cs.get("restartCount", 0) >= 2 and cs
 
-    cs = await wait_for(restarted_twice, message="restarts")
+    cs = await eventually(restarted_twice, message="restarts")
     assert cs["lastState"]["terminated"]["exitCode"] == 2
     assert _get(store, "crashy")["status"]["phase"] == "Running"
     assert rdc.runtime.logs("default", "crashy").startswith(b"crash\ncrash\n")
@@ -105,7 +105,7 @@ async def test_deleting_the_pod_terminates_the_process(rdc):
     assert _get(store, "sleepy")["status"]["phase"] == "Running"
     pid = int(m.group(1))
     store.delete(rt(store, "pods"), "default", "sleepy")
-    await wait_for(lambda: _get(store, "sleepy") is None, message="pod removed")
+    await eventually(lambda: _get(store, "sleepy") is None, message="pod removed")
 
     def gone():
         try:
@@ -114,13 +114,13 @@ async def test_deleting_the_pod_terminates_the_process(rdc):
             return True
         return False
 
-    await wait_for(gone, message="process terminated")
+    await eventually(gone, message="process terminated")
 
 
 async def test_unmapped_image_is_simulated(rdc):
     store = rdc.store
     store.create(rt(store, "pods"), "default", pod("plain"))
-    await wait_for(lambda: (_get(store, "plain") or {}).get("status", {}).get("phase") == "Running",
+    await eventually(lambda: (_get(store, "plain") or {}).get("status", {}).get("phase") == "Running",
                    message="running")
     assert rdc.runtime.logs("default", "plain") is None
 

@@ -27,7 +27,7 @@ from proto import (
     encode_upstream,
     hello,
 )
-from tests.conftest import wait_for
+from tests.conftest import eventually
 from tests.e2e.conftest import load_example
 
 NS = "default"
@@ -99,7 +99,7 @@ async def connect(gm):
 async def create_fl_example(api, gm) -> None:
     for obj in load_example("federated-learning-surface-defect.yaml"):
         await api.create(PLURALS[obj["kind"]], obj, namespace=NS)
-    await wait_for(lambda: gm.edge.nodes_of("Model", NS, MODEL) == {"edge-node-1", "edge-node-2"},
+    await eventually(lambda: gm.edge.nodes_of("Model", NS, MODEL) == {"edge-node-1", "edge-node-2"},
                    message="the example assigned to both edge nodes")
 
 
@@ -163,7 +163,7 @@ async def test_dataset_report_is_applied_once_and_acked(gm, api, connect):
     assert ack.body is None
     status, rv = await status_of(api, DATASETS, DS1)
     assert status["numberOfSamples"] == 500 and status["updateTime"].endswith("Z")
-    await wait_for(lambda: (gm.informers.get_cached(DATASETS, NS, DS1) or {}).get("status", {}).get(
+    await eventually(lambda: (gm.informers.get_cached(DATASETS, NS, DS1) or {}).get("status", {}).get(
         "numberOfSamples") == 500, message="the GM cache to see the count")
     replay = await lc1.report(7, "Dataset", DS1, {"numberOfSamples": 500})
     assert replay.body is None
@@ -186,7 +186,7 @@ async def test_reports_for_other_nodes_and_bad_reports_are_refused(gm, api, conn
 
 async def test_fl_rounds_keep_one_training_condition_and_set_model_metrics(gm, api, connect):
     await create_fl_example(api, gm)
-    await wait_for(lambda: (gm.informers.get_cached(FL, NS, JOB) or {}).get("status", {}).get("phase") == "Running",
+    await eventually(lambda: (gm.informers.get_cached(FL, NS, JOB) or {}).get("status", {}).get("phase") == "Running",
                    within=10, message="the job Running")
     lc1 = await connect.native("edge-node-1")
     ack = await lc1.report(1, "FederatedLearningJob", JOB, round_report(3, metrics={"accuracy": [0.86, 0.9],
@@ -227,7 +227,7 @@ async def test_upstream_lc_gets_inserts_and_its_status_is_applied(gm, api, conne
     async def samples() -> Any:
         return (await status_of(api, DATASETS, DS2))[0].get("numberOfSamples")
 
-    await wait_for(lambda: gm.hub.stats.status_applied == 1, message="the upstream report applied")
+    await eventually(lambda: gm.hub.stats.status_applied == 1, message="the upstream report applied")
     assert await samples() == 42
 
 
@@ -239,7 +239,7 @@ async def test_ji_follows_its_edge_pods_and_reports_become_sorted_metrics(gm, ap
     for obj in objs:
         await api.create(PLURALS[obj["kind"]], obj, namespace=NS)
     name = ji["metadata"]["name"]
-    await wait_for(lambda: gm.edge.nodes_of("JointInferenceService", NS, name) == {"edge-node-2"}, within=10,
+    await eventually(lambda: gm.edge.nodes_of("JointInferenceService", NS, name) == {"edge-node-2"}, within=10,
                    message="the JI placed by its edge pod's node")
     lc2 = await connect.native("edge-node-2")
     assert sorted(lc2.snapshot) == [("JointInferenceService", NS, name),
@@ -268,7 +268,7 @@ async def test_credential_annotation_only_on_the_copy_sent(gm, api, connect):
     missing["metadata"]["name"], missing["spec"]["credentialName"] = "d-nosecret", "absent"
     for obj in (with_secret, missing):
         await api.create(DATASETS, obj, namespace=NS)
-    await wait_for(lambda: gm.edge.is_assigned("edge-node-1", "Dataset", NS, "d-nosecret"), message="assigned")
+    await eventually(lambda: gm.edge.is_assigned("edge-node-1", "Dataset", NS, "d-nosecret"), message="assigned")
     await asyncio.wait_for(gm.edge.wait_settled(), FRAME_WAIT)
     lc1 = await connect.native("edge-node-1")
     sent = lc1.snapshot[("Dataset", NS, "d-s3")]["metadata"]["annotations"]
@@ -299,7 +299,7 @@ async def test_api_failure_defers_the_report_until_a_resend_succeeds(gm, api, co
     lc1 = await connect.native("edge-node-1")
     sedna_cluster.faults.configure({"errors": [{"rate": 1.0, "verb": "update", "resource": "datasets", "code": 503}]})
     await lc1.ws.send_bytes(encode_native(Message(Op.STATUS, 5, "Dataset", NS, DS1, {"numberOfSamples": 77})))
-    await wait_for(lambda: gm.hub.stats.deferred == 1, message="the report deferred")
+    await eventually(lambda: gm.hub.stats.deferred == 1, message="the report deferred")
     sedna_cluster.faults.reset()
     assert (await status_of(api, DATASETS, DS1))[0] == {}
     ack = await lc1.report(5, "Dataset", DS1, {"numberOfSamples": 77})  # the LC resends what has no ack

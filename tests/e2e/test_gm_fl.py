@@ -8,7 +8,7 @@ import orjson
 
 from gm.controllers.common import BATCH, FL, NODES, PODS
 from gm.kube.resources import GVR
-from tests.conftest import wait_for
+from tests.conftest import eventually
 from tests.e2e.conftest import load_example
 
 JOB = "surface-defect-detection"
@@ -46,7 +46,7 @@ async def test_children_owned_named_and_cascade_deleted(gm, api, sedna_cluster):
     dc = sedna_cluster
     job = await create_example(api)
     uid = job["metadata"]["uid"]
-    pods = await wait_for(lambda: (p := pods_of(dc, uid)) and len(p) == 3 and p, within=10,
+    pods = await eventually(lambda: (p := pods_of(dc, uid)) and len(p) == 3 and p, within=10,
                           message="aggregator and two trainers")
     assert sorted(pods) == sorted([AGG, *TRAINERS])
     for name, pod in pods.items():
@@ -57,19 +57,19 @@ async def test_children_owned_named_and_cascade_deleted(gm, api, sedna_cluster):
         assert pod["spec"].get("restartPolicy") == "OnFailure"
     assert pods[TRAINERS[0]]["spec"]["hostNetwork"] is True
     assert env_of(pods[TRAINERS[0]])["PARTICIPANTS_COUNT"] == "2"
-    status = await wait_for(lambda: (s := dc.store.get(rt(dc, FL), NS, JOB).get("status")) and
+    status = await eventually(lambda: (s := dc.store.get(rt(dc, FL), NS, JOB).get("status")) and
                             s.get("phase") == "Running" and s.get("active") == 3 and s,
                             within=10, message="job Running with 3 active")
     assert status["observedGeneration"] == 1
     await api.delete(FL, JOB, namespace=NS)
-    await wait_for(lambda: not pods_of(dc, uid), within=10, message="pods removed by the GC")
+    await eventually(lambda: not pods_of(dc, uid), within=10, message="pods removed by the GC")
 
 
 async def test_trainer_env_patch_recreates_that_trainer_with_same_name(gm, api, sedna_cluster, kubectl):
     dc = sedna_cluster
     job = await create_example(api)
     uid = job["metadata"]["uid"]
-    before = await wait_for(lambda: (p := pods_of(dc, uid)) and len(p) == 3 and p, within=10)
+    before = await eventually(lambda: (p := pods_of(dc, uid)) and len(p) == 3 and p, within=10)
     patch = [{"op": "replace", "path": "/spec/trainingWorkers/0/template/spec/containers/0/env/0/value",
               "value": "16"}]
     rc, out, err = await kubectl("patch", "federatedlearningjob", JOB, "--type=json", "-p",
@@ -81,13 +81,13 @@ async def test_trainer_env_patch_recreates_that_trainer_with_same_name(gm, api, 
         pod = pods.get(TRAINERS[0])
         return pod and pod["metadata"]["uid"] != before[TRAINERS[0]]["metadata"]["uid"] and pods
 
-    pods = await wait_for(recreated, within=10, message="trainer 0 recreated")
+    pods = await eventually(recreated, within=10, message="trainer 0 recreated")
     assert env_of(pods[TRAINERS[0]])["batch_size"] == "16"
     assert env_of(pods[TRAINERS[0]])["WORKER_NAME"] == TRAINERS[0]
     # the other workers were not touched
     assert pods[TRAINERS[1]]["metadata"]["uid"] == before[TRAINERS[1]]["metadata"]["uid"]
     assert pods[AGG]["metadata"]["uid"] == before[AGG]["metadata"]["uid"]
-    await wait_for(lambda: dc.store.get(rt(dc, FL), NS, JOB).get("status", {}).get("observedGeneration") == 2,
+    await eventually(lambda: dc.store.get(rt(dc, FL), NS, JOB).get("status", {}).get("observedGeneration") == 2,
                    within=10, message="observedGeneration 2")
 
 
@@ -95,9 +95,9 @@ async def test_deleted_trainer_comes_back_with_same_name(gm, api, sedna_cluster)
     dc = sedna_cluster
     job = await create_example(api)
     uid = job["metadata"]["uid"]
-    before = await wait_for(lambda: (p := pods_of(dc, uid)) and len(p) == 3 and p, within=10)
+    before = await eventually(lambda: (p := pods_of(dc, uid)) and len(p) == 3 and p, within=10)
     await api.delete(PODS, TRAINERS[1], namespace=NS)
-    pods = await wait_for(lambda: (p := pods_of(dc, uid)).get(TRAINERS[1]) and
+    pods = await eventually(lambda: (p := pods_of(dc, uid)).get(TRAINERS[1]) and
                           p[TRAINERS[1]]["metadata"]["uid"] != before[TRAINERS[1]]["metadata"]["uid"] and p,
                           within=10, message="trainer 1 back")
     assert len(pods) == 3
@@ -107,11 +107,11 @@ async def test_deleting_job_while_pods_are_deleted_leaves_nothing(gm, api, sedna
     dc = sedna_cluster
     job = await create_example(api)
     uid = job["metadata"]["uid"]
-    await wait_for(lambda: len(pods_of(dc, uid)) == 3, within=10)
+    await eventually(lambda: len(pods_of(dc, uid)) == 3, within=10)
     for name in TRAINERS:
         await api.delete(PODS, name, namespace=NS)
     await api.delete(FL, JOB, namespace=NS)
-    await wait_for(lambda: not pods_of(dc, uid), within=10, message="no pods left")
+    await eventually(lambda: not pods_of(dc, uid), within=10, message="no pods left")
     # and none come back afterwards: give the GM a few reconcile rounds
     for _ in range(20):
         await gm.runners["federatedlearningjob"].queue._idle.wait()
@@ -131,13 +131,13 @@ async def test_missing_dataset_sets_condition_then_recovers(gm, api, sedna_clust
         st = dc.store.get(rt(dc, FL), NS, JOB).get("status") or {}
         return next((c for c in st.get("conditions", []) if c["type"] == "Failed" and c["status"] == "True"), None)
 
-    cond = await wait_for(failed_condition, within=10, message="Failed condition")
+    cond = await eventually(failed_condition, within=10, message="Failed condition")
     assert cond["reason"] == "DatasetNotFound"
     assert "edge1-surface-defect-detection-dataset" in cond["message"]
     for ds in datasets:
         await api.create(GVR("sedna.io", "v1alpha1", "datasets"), ds, namespace=NS)
-    await wait_for(lambda: len(pods_of(dc, created["metadata"]["uid"])) == 3, within=10, message="pods after fix")
-    await wait_for(lambda: failed_condition() is None, within=10, message="Failed cleared")
+    await eventually(lambda: len(pods_of(dc, created["metadata"]["uid"])) == 3, within=10, message="pods after fix")
+    await eventually(lambda: failed_condition() is None, within=10, message="Failed cleared")
 
 
 async def test_reject_policy_leaves_workers_and_says_why(start_gm, api, sedna_cluster):
@@ -145,8 +145,8 @@ async def test_reject_policy_leaves_workers_and_says_why(start_gm, api, sedna_cl
     await start_gm(federatedLearning="{specEditPolicy: reject}")
     job = await create_example(api)
     uid = job["metadata"]["uid"]
-    before = await wait_for(lambda: (p := pods_of(dc, uid)) and len(p) == 3 and p, within=10)
-    await wait_for(lambda: dc.store.get(rt(dc, FL), NS, JOB).get("status", {}).get("observedGeneration") == 1,
+    before = await eventually(lambda: (p := pods_of(dc, uid)) and len(p) == 3 and p, within=10)
+    await eventually(lambda: dc.store.get(rt(dc, FL), NS, JOB).get("status", {}).get("observedGeneration") == 1,
                    within=10)
     patch = [{"op": "replace", "path": "/spec/trainingWorkers/0/template/spec/containers/0/env/0/value",
               "value": "16"}]
@@ -156,10 +156,10 @@ async def test_reject_policy_leaves_workers_and_says_why(start_gm, api, sedna_cl
         st = dc.store.get(rt(dc, FL), NS, JOB).get("status") or {}
         return next((c for c in st.get("conditions", []) if c.get("reason") == "SpecEditRejected"), None)
 
-    cond = await wait_for(rejected, within=10, message="SpecEditRejected condition")
+    cond = await eventually(rejected, within=10, message="SpecEditRejected condition")
     assert TRAINERS[0] in cond["message"]
     ev_rt = dc.store.registry.lookup(group="", version="v1", resource="events")
-    await wait_for(lambda: any(e["reason"] == "SpecEditRejected" and e["type"] == "Warning"
+    await eventually(lambda: any(e["reason"] == "SpecEditRejected" and e["type"] == "Warning"
                                for e in dc.store.list(ev_rt, NS)[0]), within=5, message="Warning event")
     pods = pods_of(dc, uid)
     assert {n: p["metadata"]["uid"] for n, p in pods.items()} == \
@@ -182,14 +182,14 @@ async def test_invalid_template_is_a_condition_not_a_crash(gm, api, sedna_cluste
         st = dc.store.get(rt(dc, FL), NS, JOB).get("status") or {}
         return next((c for c in st.get("conditions", []) if c["type"] == "Failed" and c["status"] == "True"), None)
 
-    cond = await wait_for(failed, within=10, message="Failed condition")
+    cond = await eventually(failed, within=10, message="Failed condition")
     assert cond["reason"] == "InvalidTemplate"
     assert "trainingWorkers[1]" in cond["message"]
     job = dc.store.get(rt(dc, FL), NS, JOB)
     assert pods_of(dc, job["metadata"]["uid"]) == {}
     # the user's to fix: waits for a change instead of retrying with backoff
     metrics = gm.reconcile_metrics.total
-    await wait_for(lambda: metrics.value("federatedlearningjob", "permanent") >= 1, within=5)
+    await eventually(lambda: metrics.value("federatedlearningjob", "permanent") >= 1, within=5)
     assert metrics.value("federatedlearningjob", "error") == 0
 
 
@@ -234,14 +234,14 @@ async def test_deleting_a_large_job_mid_creation_stops_the_creates(gm, api, sedn
         dc.faults.configure({"latency": 0.01})
         await api.create(FL, job, namespace=NS)
         # progress: the status shows pods while the create loop is far from done
-        status = await wait_for(lambda: (s := fl_status(dc)).get("active") and s, within=30,
+        status = await eventually(lambda: (s := fl_status(dc)).get("active") and s, within=30,
                                 message="progress status during creation")
         assert len(added) < 300 and status["phase"] == "Running"
         await api.delete(FL, JOB, namespace=NS)
         metrics = gm.reconcile_metrics.total
-        await wait_for(lambda: metrics.value("federatedlearningjob", "gone") >= 1, within=30,
+        await eventually(lambda: metrics.value("federatedlearningjob", "gone") >= 1, within=30,
                        message="the reconcile noticed its job is gone")
-        await wait_for(lambda: not [p for p in dc.store.list(rt(dc, PODS), NS)[0]
+        await eventually(lambda: not [p for p in dc.store.list(rt(dc, PODS), NS)[0]
                                     if p["metadata"]["labels"].get("federatedlearningjob.sedna.io/name")],
                        within=60, message="the GC removed every pod")
     finally:
@@ -260,25 +260,25 @@ async def test_template_rejected_by_the_api_server_is_a_condition_and_event(gm, 
     container["ports"] = [{"containerPort": 70000}]  # the API server's pod validation refuses it
     await api.create(FL, job, namespace=NS)
 
-    cond = await wait_for(lambda: (c := condition(dc, "Failed")) and c["status"] == "True" and c,
+    cond = await eventually(lambda: (c := condition(dc, "Failed")) and c["status"] == "True" and c,
                           within=10, message="Failed condition")
     assert cond["reason"] == "WorkerRejected"
     assert f"pod {NS}/{TRAINERS[1]}" in cond["message"]
     assert "422 Invalid" in cond["message"] and "containerPort" in cond["message"]
     ev_rt = dc.store.registry.lookup(group="", version="v1", resource="events")
-    event = await wait_for(lambda: next((e for e in dc.store.list(ev_rt, NS)[0]
+    event = await eventually(lambda: next((e for e in dc.store.list(ev_rt, NS)[0]
                                          if e["reason"] == "WorkerRejected"), None),
                            within=5, message="Warning event")
     assert event["type"] == "Warning" and "containerPort" in event["message"]
     metrics = gm.reconcile_metrics.total
-    await wait_for(lambda: metrics.value("federatedlearningjob", "permanent") >= 1, within=5)
+    await eventually(lambda: metrics.value("federatedlearningjob", "permanent") >= 1, within=5)
     assert metrics.value("federatedlearningjob", "error") == 0  # not a retry loop
     # fixing the template clears it
     patch = [{"op": "remove", "path": "/spec/trainingWorkers/1/template/spec/containers/0/ports"}]
     await api.patch(FL, JOB, patch, namespace=NS, patch_type="json")
-    await wait_for(lambda: len(pods_of(dc, dc.store.get(rt(dc, FL), NS, JOB)["metadata"]["uid"])) == 3,
+    await eventually(lambda: len(pods_of(dc, dc.store.get(rt(dc, FL), NS, JOB)["metadata"]["uid"])) == 3,
                    within=10, message="pods after the fix")
-    await wait_for(lambda: (c := condition(dc, "Failed")) is None or c["status"] == "False", within=10,
+    await eventually(lambda: (c := condition(dc, "Failed")) is None or c["status"] == "False", within=10,
                    message="Failed cleared")
 
 
@@ -287,13 +287,13 @@ async def test_trainer_on_a_missing_node_is_waiting_not_running(gm, api, sedna_c
     job = await create_inputs(api)
     job["spec"]["trainingWorkers"][1]["template"]["spec"]["nodeName"] = "edge-node-9"
     created = await api.create(FL, job, namespace=NS)
-    cond = await wait_for(lambda: (c := condition(dc, "Waiting")) and c["status"] == "True" and c,
+    cond = await eventually(lambda: (c := condition(dc, "Waiting")) and c["status"] == "True" and c,
                           within=10, message="Waiting condition")
     assert cond["reason"] == "NodeNotFound"
     assert f"pod {TRAINERS[1]} is bound to node edge-node-9, which does not exist since " in cond["message"]
     pod = pods_of(dc, created["metadata"]["uid"])[TRAINERS[1]]
     assert pod["metadata"]["creationTimestamp"] in cond["message"]
-    await wait_for(lambda: fl_status(dc).get("active") == 2, within=10, message="two workers active")
+    await eventually(lambda: fl_status(dc).get("active") == 2, within=10, message="two workers active")
     assert fl_status(dc)["active"] == 2  # the stranded trainer is not counted
 
 
@@ -302,12 +302,12 @@ async def test_pod_stuck_terminating_on_a_gone_node_is_a_waiting_condition(gm, a
     job = await create_inputs(api)
     created = await api.create(FL, job, namespace=NS)
     uid = created["metadata"]["uid"]
-    await wait_for(lambda: fl_status(dc).get("active") == 3, within=10, message="3 active")
+    await eventually(lambda: fl_status(dc).get("active") == 3, within=10, message="3 active")
     await api.delete(NODES, "edge-node-2")  # no kubelet will ever confirm its pods' deletion
     patch = [{"op": "replace", "path": "/spec/trainingWorkers/1/template/spec/containers/0/env/0/value",
               "value": "16"}]
     await api.patch(FL, JOB, patch, namespace=NS, patch_type="json")
-    cond = await wait_for(lambda: (c := condition(dc, "Waiting")) and c["status"] == "True"
+    cond = await eventually(lambda: (c := condition(dc, "Waiting")) and c["status"] == "True"
                           and c["reason"] == "PodTerminating" and c, within=10, message="Waiting condition")
     pod = pods_of(dc, uid)[TRAINERS[1]]
     assert f"pod {TRAINERS[1]} is terminating (its node edge-node-2 does not exist) since " \
@@ -323,12 +323,12 @@ async def test_memory_lots_is_an_invalid_template_not_a_retry_loop(gm, api, sedn
     job["spec"]["trainingWorkers"][0]["template"]["spec"]["containers"][0]["resources"] = {
         "limits": {"memory": "lots"}}
     await api.create(FL, job, namespace=NS)
-    cond = await wait_for(lambda: (c := condition(dc, "Failed")) and c["status"] == "True" and c,
+    cond = await eventually(lambda: (c := condition(dc, "Failed")) and c["status"] == "True" and c,
                           within=10, message="Failed condition")
     assert cond["reason"] == "InvalidTemplate"
     assert "resources.limits.memory: 'lots' is not a quantity" in cond["message"]
     metrics = gm.reconcile_metrics.total
-    await wait_for(lambda: metrics.value("federatedlearningjob", "permanent") >= 1, within=5)
+    await eventually(lambda: metrics.value("federatedlearningjob", "permanent") >= 1, within=5)
     assert metrics.value("federatedlearningjob", "error") == 0
     assert pods_of(dc, dc.store.get(rt(dc, FL), NS, JOB)["metadata"]["uid"]) == {}
 
@@ -341,16 +341,16 @@ async def test_job_replaced_mid_creation_gets_only_its_own_pods_and_status(gm, a
     dc.faults.configure({"latency": 0.01})
     try:
         old = await api.create(FL, job, namespace=NS)
-        await wait_for(lambda: fl_status(dc).get("active"), within=30, message="progress status")
+        await eventually(lambda: fl_status(dc).get("active"), within=30, message="progress status")
         await api.delete(FL, JOB, namespace=NS)
         new = await api.create(FL, small, namespace=NS)
     finally:
         dc.faults.reset()
     uid = new["metadata"]["uid"]
-    await wait_for(lambda: not pods_of(dc, old["metadata"]["uid"]), within=60, message="old pods collected")
-    pods = await wait_for(lambda: (p := pods_of(dc, uid)) and len(p) == 3 and p, within=30,
+    await eventually(lambda: not pods_of(dc, old["metadata"]["uid"]), within=60, message="old pods collected")
+    pods = await eventually(lambda: (p := pods_of(dc, uid)) and len(p) == 3 and p, within=30,
                           message="the new job's three pods")
     assert sorted(pods) == sorted([AGG, *TRAINERS])
-    status = await wait_for(lambda: (s := fl_status(dc)).get("active") == 3 and s.get("observedGeneration") == 1
+    status = await eventually(lambda: (s := fl_status(dc)).get("active") == 3 and s.get("observedGeneration") == 1
                             and s, within=10, message="the new job's status")
     assert status["phase"] == "Running"

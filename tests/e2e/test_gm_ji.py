@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gm.controllers.common import DEPLOYMENTS, HPAS, JI, PODS, SERVICES
 from gm.kube.resources import GVR
-from tests.conftest import wait_for
+from tests.conftest import eventually
 from tests.e2e.conftest import load_example
 
 NS = "default"
@@ -49,38 +49,38 @@ async def test_children_owned_and_cascade_deleted(gm, api, sedna_cluster):
     dc = sedna_cluster
     ji = await create_example(api, hpa=True)
     uid = ji["metadata"]["uid"]
-    deps = await wait_for(lambda: (d := owned(dc, DEPLOYMENTS, uid)) and len(d) == 2 and d, within=10)
+    deps = await eventually(lambda: (d := owned(dc, DEPLOYMENTS, uid)) and len(d) == 2 and d, within=10)
     assert sorted(deps) == sorted([CLOUD, EDGE])
     ref = {"apiVersion": "sedna.io/v1alpha1", "kind": "JointInferenceService", "name": SVC, "uid": uid,
            "controller": True, "blockOwnerDeletion": True}
     for dep in deps.values():
         assert dep["metadata"]["ownerReferences"] == [ref]
-    svc = await wait_for(lambda: get(dc, SERVICES, f"{SVC}-cloud"), within=5)
+    svc = await eventually(lambda: get(dc, SERVICES, f"{SVC}-cloud"), within=5)
     assert svc["metadata"]["ownerReferences"] == [ref]
     assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(5000, 5000)]
-    hpas = await wait_for(lambda: owned(dc, HPAS, uid), within=5)
+    hpas = await eventually(lambda: owned(dc, HPAS, uid), within=5)
     assert list(hpas) == [f"hpa-{EDGE}"]
     edge_env = env_of(deps[EDGE]["spec"]["template"])
     assert edge_env["BIG_MODEL_IP"] == f"{SVC}-cloud.{NS}"
     assert edge_env["HEM_NAME"] == "IBT"
     # pods come up, status says Running with both workers active
-    st = await wait_for(lambda: (s := (get(dc, JI, SVC) or {}).get("status")) and s.get("active") == 2
+    st = await eventually(lambda: (s := (get(dc, JI, SVC) or {}).get("status")) and s.get("active") == 2
                         and s.get("observedGeneration") == 1 and s, within=10,
                         message="2 active workers at generation 1")
     running = next(c for c in st["conditions"] if c["type"] == "Running")
     assert running["status"] == "True" and running["lastTransitionTime"]
     await api.delete(JI, SVC, namespace=NS)
-    await wait_for(lambda: not owned(dc, DEPLOYMENTS, uid) and not owned(dc, SERVICES, uid)
+    await eventually(lambda: not owned(dc, DEPLOYMENTS, uid) and not owned(dc, SERVICES, uid)
                    and not owned(dc, HPAS, uid), within=10, message="children removed by the GC")
-    await wait_for(lambda: not dc.store.list(rt(dc, PODS), NS)[0], within=10, message="pods removed")
+    await eventually(lambda: not dc.store.list(rt(dc, PODS), NS)[0], within=10, message="pods removed")
 
 
 async def test_hem_parameter_edit_rolls_the_edge_deployment(gm, api, sedna_cluster):
     dc = sedna_cluster
     ji = await create_example(api)
     uid = ji["metadata"]["uid"]
-    before = await wait_for(lambda: (d := owned(dc, DEPLOYMENTS, uid)) and len(d) == 2 and d, within=10)
-    await wait_for(lambda: (get(dc, JI, SVC) or {}).get("status", {}).get("active") == 2, within=10)
+    before = await eventually(lambda: (d := owned(dc, DEPLOYMENTS, uid)) and len(d) == 2 and d, within=10)
+    await eventually(lambda: (get(dc, JI, SVC) or {}).get("status", {}).get("active") == 2, within=10)
     cloud_gen = get(dc, DEPLOYMENTS, CLOUD)["metadata"]["generation"]
     patch = {"spec": {"edgeWorker": {"hardExampleMining": {"name": "IBT", "parameters": [
         {"key": "threshold_img", "value": "0.5"}, {"key": "threshold_box", "value": "0.9"}]}}}}
@@ -90,7 +90,7 @@ async def test_hem_parameter_edit_rolls_the_edge_deployment(gm, api, sedna_clust
         dep = get(dc, DEPLOYMENTS, EDGE)
         return dep and '"0.5"' in env_of(dep["spec"]["template"])["HEM_PARAMETERS"] and dep
 
-    dep = await wait_for(edge_updated, within=10, message="edge template updated")
+    dep = await eventually(edge_updated, within=10, message="edge template updated")
     assert dep["metadata"]["generation"] > before[EDGE]["metadata"]["generation"]
     # the Deployment rolls: a second ReplicaSet (revision 2) becomes the only one with replicas
     rs_rt = dc.store.registry.lookup(group="apps", version="v1", resource="replicasets")
@@ -101,10 +101,10 @@ async def test_hem_parameter_edit_rolls_the_edge_deployment(gm, api, sedna_clust
         revs = {r["metadata"]["annotations"]["deployment.kubernetes.io/revision"]: r for r in rss}
         return "2" in revs and revs["2"]["status"].get("availableReplicas") == 1 and \
             revs["1"]["spec"]["replicas"] == 0
-    await wait_for(rolled, within=15, message="rolling update to revision 2")
+    await eventually(rolled, within=15, message="rolling update to revision 2")
     # the cloud worker's spec was not touched (its status may move, its generation must not)
     assert get(dc, DEPLOYMENTS, CLOUD)["metadata"]["generation"] == cloud_gen
-    await wait_for(lambda: get(dc, JI, SVC)["status"].get("observedGeneration") == 2, within=10)
+    await eventually(lambda: get(dc, JI, SVC)["status"].get("observedGeneration") == 2, within=10)
 
 
 async def test_deleted_pod_is_healed_by_its_deployment(gm, api, sedna_cluster):
@@ -116,19 +116,19 @@ async def test_deleted_pod_is_healed_by_its_deployment(gm, api, sedna_cluster):
                 if p["metadata"]["labels"].get("jointinferenceservice.sedna.io/worker-type") == "edge"
                 and not p["metadata"].get("deletionTimestamp")]
 
-    first = await wait_for(lambda: (p := edge_pods()) and p[0], within=10)
+    first = await eventually(lambda: (p := edge_pods()) and p[0], within=10)
     await api.delete(PODS, first["metadata"]["name"], namespace=NS)
-    await wait_for(lambda: (p := edge_pods()) and p[0]["metadata"]["uid"] != first["metadata"]["uid"], within=10,
+    await eventually(lambda: (p := edge_pods()) and p[0]["metadata"]["uid"] != first["metadata"]["uid"], within=10,
                    message="replacement pod")
 
 
 async def test_deleted_deployment_is_recreated(gm, api, sedna_cluster):
     dc = sedna_cluster
     ji = await create_example(api)
-    await wait_for(lambda: get(dc, DEPLOYMENTS, CLOUD), within=10)
+    await eventually(lambda: get(dc, DEPLOYMENTS, CLOUD), within=10)
     old = get(dc, DEPLOYMENTS, CLOUD)
     await api.delete(DEPLOYMENTS, CLOUD, namespace=NS)
-    new = await wait_for(lambda: (d := get(dc, DEPLOYMENTS, CLOUD)) and d["metadata"]["uid"] != old["metadata"]["uid"]
+    new = await eventually(lambda: (d := get(dc, DEPLOYMENTS, CLOUD)) and d["metadata"]["uid"] != old["metadata"]["uid"]
                          and d, within=10, message="cloud deployment recreated")
     assert new["metadata"]["ownerReferences"][0]["uid"] == ji["metadata"]["uid"]
 
@@ -143,21 +143,21 @@ async def test_missing_model_is_reported_not_fatal(gm, api, sedna_cluster):
         st = (get(dc, JI, SVC) or {}).get("status") or {}
         return next((c for c in st.get("conditions", []) if c["type"] == "Failed" and c["status"] == "True"), None)
 
-    cond = await wait_for(failed, within=10, message="Failed condition")
+    cond = await eventually(failed, within=10, message="Failed condition")
     assert cond["reason"] == "ModelNotFound"
     ev_rt = dc.store.registry.lookup(group="", version="v1", resource="events")
-    await wait_for(lambda: any(e["reason"] == "ModelNotFound" and e["type"] == "Warning"
+    await eventually(lambda: any(e["reason"] == "ModelNotFound" and e["type"] == "Warning"
                                for e in dc.store.list(ev_rt, NS)[0]), within=5, message="Warning event")
     for m in (d for d in docs if d["kind"] == "Model"):
         await api.create(GVR("sedna.io", "v1alpha1", "models"), m, namespace=NS)
-    await wait_for(lambda: get(dc, DEPLOYMENTS, EDGE), within=10, message="deployments after the fix")
-    await wait_for(lambda: failed() is None, within=10)
+    await eventually(lambda: get(dc, DEPLOYMENTS, EDGE), within=10, message="deployments after the fix")
+    await eventually(lambda: failed() is None, within=10)
 
 
 async def test_kubectl_get_ji_fl_is_informative(gm, api, sedna_cluster, kubectl):
     dc = sedna_cluster
     await create_example(api)
-    await wait_for(lambda: (get(dc, JI, SVC) or {}).get("status", {}).get("active") == 2, within=10)
+    await eventually(lambda: (get(dc, JI, SVC) or {}).get("status", {}).get("active") == 2, within=10)
     rc, out, err = await kubectl("get", "ji")
     assert rc == 0, err
     header, row = out.splitlines()[:2]
@@ -168,12 +168,12 @@ async def test_kubectl_get_ji_fl_is_informative(gm, api, sedna_cluster, kubectl)
 async def test_unchanged_spec_never_rolls(gm, api, sedna_cluster):
     dc = sedna_cluster
     await create_example(api)
-    await wait_for(lambda: (get(dc, JI, SVC) or {}).get("status", {}).get("active") == 2, within=10)
+    await eventually(lambda: (get(dc, JI, SVC) or {}).get("status", {}).get("active") == 2, within=10)
     before = {n: get(dc, DEPLOYMENTS, n)["metadata"]["generation"] for n in (EDGE, CLOUD)}
     runs = gm.reconcile_metrics.total.value("jointinferenceservice", "success")
     # a metadata-only change triggers reconciles but is not a spec change
     await api.patch(JI, SVC, {"metadata": {"labels": {"team": "vision"}}}, namespace=NS)
-    await wait_for(lambda: gm.reconcile_metrics.total.value("jointinferenceservice", "success") > runs,
+    await eventually(lambda: gm.reconcile_metrics.total.value("jointinferenceservice", "success") > runs,
                    within=10, message="a reconcile after the label change")
     assert {n: get(dc, DEPLOYMENTS, n)["metadata"]["generation"] for n in (EDGE, CLOUD)} == before
 
@@ -181,7 +181,7 @@ async def test_unchanged_spec_never_rolls(gm, api, sedna_cluster):
 async def test_edit_rejected_by_the_api_server_is_a_condition_not_a_retry_loop(gm, api, sedna_cluster):
     dc = sedna_cluster
     await create_example(api)
-    await wait_for(lambda: get(dc, DEPLOYMENTS, EDGE), within=10, message="edge deployment")
+    await eventually(lambda: get(dc, DEPLOYMENTS, EDGE), within=10, message="edge deployment")
     patch = [{"op": "add", "path": "/spec/edgeWorker/template/spec/containers/0/ports",
               "value": [{"containerPort": 0}]}]  # the API server's template validation refuses it
     await api.patch(JI, SVC, patch, namespace=NS, patch_type="json")
@@ -190,15 +190,15 @@ async def test_edit_rejected_by_the_api_server_is_a_condition_not_a_retry_loop(g
         st = (get(dc, JI, SVC) or {}).get("status") or {}
         return next((c for c in st.get("conditions", []) if c["type"] == "Failed" and c["status"] == "True"), None)
 
-    cond = await wait_for(failed, within=10, message="Failed condition")
+    cond = await eventually(failed, within=10, message="Failed condition")
     assert cond["reason"] == "WorkerRejected"
     assert cond["message"].startswith(f"the API server rejected deployment {NS}/{EDGE} (422 Invalid): ")
     assert "containerPort" in cond["message"]
     ev_rt = dc.store.registry.lookup(group="", version="v1", resource="events")
-    await wait_for(lambda: any(e["reason"] == "WorkerRejected" and e["type"] == "Warning"
+    await eventually(lambda: any(e["reason"] == "WorkerRejected" and e["type"] == "Warning"
                                for e in dc.store.list(ev_rt, NS)[0]), within=5, message="Warning event")
     metrics = gm.reconcile_metrics.total
-    await wait_for(lambda: metrics.value("jointinferenceservice", "permanent") >= 1, within=5)
+    await eventually(lambda: metrics.value("jointinferenceservice", "permanent") >= 1, within=5)
     assert metrics.value("jointinferenceservice", "error") == 0
     container = get(dc, DEPLOYMENTS, EDGE)["spec"]["template"]["spec"]["containers"][0]
     assert "ports" not in container  # the running Deployment keeps the last accepted template

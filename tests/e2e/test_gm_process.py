@@ -12,7 +12,7 @@ import pytest
 
 from gm.app import GlobalManager
 from gm.config import parse_config
-from tests.conftest import eventually, wait_for
+from tests.conftest import eventually
 from tests.e2e.conftest import gm_config
 from tests.e2e.test_kube_leader import client_through, start_proxy
 
@@ -93,13 +93,13 @@ ELECTION = ("{enabled: true, leaseNamespace: default, leaseDurationSeconds: 2,"
 
 async def test_one_gm_leads_and_the_other_takes_over_on_release(start_gm, sedna_cluster):
     first = await start_gm(leaderElection=ELECTION)
-    await wait_for(lambda: first.leader is not None and first.leader.is_leader, within=10, message="first leads")
+    await eventually(lambda: first.leader is not None and first.leader.is_leader, within=10, message="first leads")
     second = await start_gm(leaderElection=ELECTION)
     await eventually(lambda: second.leader is not None and second.leader.observed_changes >= 4,
                      within=10, message="the second sees the first renew")
     assert not second.leader.is_leader and first.leader.renewals >= 3
     await first.stop()  # releases the lease
-    await wait_for(lambda: second.leader.is_leader, within=10, message="second takes over")
+    await eventually(lambda: second.leader.is_leader, within=10, message="second takes over")
     assert first.failure is None
 
 
@@ -132,13 +132,13 @@ async def test_a_blackholed_gm_stops_its_controllers_before_the_other_leads(sedn
     record_leading(second, timeline, "second")
     await first.start()
     try:
-        await wait_for(lambda: first.leader is not None and first.leader.is_leader, within=10,
+        await eventually(lambda: first.leader is not None and first.leader.is_leader, within=10,
                        message="first leads")
         await second.start()
         await eventually(lambda: second.leader is not None and second.leader.observed_changes >= 3,
                          within=10, message="the second sees the first renew")
         proxy.freeze()
-        await wait_for(lambda: second.leader.is_leader, within=10, message="second takes over")
+        await eventually(lambda: second.leader.is_leader, within=10, message="second takes over")
         assert [what for _, what in timeline] == ["start first", "stop first", "start second"]
         assert timeline[1][0] < timeline[2][0]  # the first had stopped its reconcilers first
         assert first._reconcilers is not None and not first._reconcilers.running

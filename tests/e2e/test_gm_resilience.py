@@ -6,7 +6,7 @@ import copy
 
 from gm.controllers.common import DEPLOYMENTS, FL, JI, PODS
 from gm.kube.resources import GVR
-from tests.conftest import wait_for
+from tests.conftest import eventually
 from tests.e2e.conftest import load_example
 
 NS = "default"
@@ -63,10 +63,10 @@ async def test_restart_mid_way_converges_without_duplicates(start_gm, api, sedna
     for i in range(5):
         await api.create(FL, named(fl, f"fl-{i}"), namespace=NS)
         await api.create(JI, named(ji, f"ji-{i}"), namespace=NS)
-    await wait_for(lambda: counts(dc)[0] >= 3, within=10, message="some pods created")
+    await eventually(lambda: counts(dc)[0] >= 3, within=10, message="some pods created")
     await gm.stop()
     await start_gm()
-    await wait_for(lambda: all_converged(dc, (FL, JI), 5), within=20, message="all converged after restart")
+    await eventually(lambda: all_converged(dc, (FL, JI), 5), within=20, message="all converged after restart")
     pods, deps = counts(dc)
     assert (pods, deps) == (15, 10)
     names = [p["metadata"]["name"] for p in dc.store.list(rt(dc, PODS), NS)[0]
@@ -88,7 +88,7 @@ async def test_fifty_jobs_converge_with_api_errors_and_watch_drops(start_gm, api
                 except Exception as exc:
                     if "already exists" in str(exc):
                         break
-    await wait_for(lambda: all_converged(dc, (FL, JI), 25), within=60, interval=0.1,
+    await eventually(lambda: all_converged(dc, (FL, JI), 25), within=60, interval=0.1,
                    message="50 jobs converged under faults")
     dc.faults.reset()
     assert counts(dc) == (75, 50)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
 
@@ -23,13 +22,6 @@ from gm.kube.resources import CONFIGMAPS, DEPLOYMENTS, GVR, PODS
 from tests.e2e.conftest import connect
 
 NS = "default"
-
-
-async def until(pred: Callable[[], bool], *, within: float = 5.0) -> None:
-    """Poll a condition that no event signals (state seen through the API or a cache)."""
-    async with asyncio.timeout(within):
-        while not pred():  # noqa: ASYNC110 - polling with a deadline is the point
-            await asyncio.sleep(0.01)
 
 
 def cm(name: str, data: dict | None = None, labels: dict | None = None) -> dict:

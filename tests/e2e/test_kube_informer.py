@@ -11,7 +11,8 @@ from gm.kube.informer import CacheSyncTimeout, InformerFactory, InformerFailed, 
 from gm.kube.reflector import ReflectorSettings
 from gm.kube.resources import CONFIGMAPS, GVR, PODS
 from gm.kube.store import INDEX_LABEL, INDEX_NAMESPACE, INDEX_OWNER
-from tests.e2e.test_kube_client import NS, cm, until
+from tests.conftest import eventually
+from tests.e2e.test_kube_client import NS, cm
 
 FAST = ReflectorSettings(page_size=2, watch_timeout=30, backoff_initial=0.02, backoff_max=0.1)
 
@@ -68,7 +69,7 @@ async def test_list_then_watch_delivers_add_update_delete(kube, running):
     await kube.create(CONFIGMAPS, cm("live", {"v": "1"}), namespace=NS)
     await kube.patch(CONFIGMAPS, "live", {"data": {"v": "2"}}, namespace=NS)
     await kube.delete(CONFIGMAPS, "live", namespace=NS)
-    await until(lambda: ("delete", "2") in rec.of("live"))
+    await eventually(lambda: ("delete", "2") in rec.of("live"))
     assert rec.of("live") == [("add", "1"), ("update", "2"), ("delete", "2")]
     assert inf.store.get(f"{NS}/live") is None
     assert inf.store.get(f"{NS}/pre-2")["data"] == {"v": "b"}
@@ -92,7 +93,7 @@ async def test_indexes_by_namespace_owner_label_and_custom(kube, running):
     assert inf.store.index_keys("by-v", "big") == [f"{NS}/b"]
 
     await kube.patch(CONFIGMAPS, "b", {"metadata": {"labels": {"app": "x"}}}, namespace=NS)
-    await until(lambda: len(inf.store.by_index(INDEX_LABEL, "app=x")) == 2)
+    await eventually(lambda: len(inf.store.by_index(INDEX_LABEL, "app=x")) == 2)
     assert inf.store.by_index(INDEX_LABEL, "app=y") == []
     with pytest.raises(KeyError):
         inf.store.by_index("no-such-index", "x")
@@ -105,9 +106,9 @@ async def test_forced_410_relists_at_once_without_duplicate_events(kube, cluster
     rec = Recorder()
     rec.attach(inf)
     await running(inf)
-    await until(lambda: inf.reflector.lists == 2 and cluster.faults.force_410 == 0)
+    await eventually(lambda: inf.reflector.lists == 2 and cluster.faults.force_410 == 0)
     await kube.create(CONFIGMAPS, cm("b", {"v": "1"}), namespace=NS)
-    await until(lambda: rec.of("b") == [("add", "1")])
+    await eventually(lambda: rec.of("b") == [("add", "1")])
     assert rec.of("a") == [("add", "1")]  # the relist found it unchanged: no second event
     assert inf.reflector.lists == 2
 
@@ -124,13 +125,13 @@ async def test_relist_after_dropped_stream_delivers_missed_changes_once(kube, cl
     cluster.faults.configure({"watch_drop_after": None, "errors": [
         {"rate": 1, "verb": "list", "resource": "configmaps", "code": 503},
         {"rate": 1, "verb": "watch", "resource": "configmaps", "code": 503}]})
-    await until(lambda: kube.metrics.api_requests.value("list", "503") >= 1)
+    await eventually(lambda: kube.metrics.api_requests.value("list", "503") >= 1)
     await kube.delete(CONFIGMAPS, "goes", namespace=NS)
     await kube.patch(CONFIGMAPS, "stays", {"data": {"v": "2"}}, namespace=NS)
     await kube.create(CONFIGMAPS, cm("new", {"v": "1"}), namespace=NS)
     cluster.faults.configure({"reset": True})
 
-    await until(lambda: rec.of("new") == [("add", "1")])
+    await eventually(lambda: rec.of("new") == [("add", "1")])
     assert rec.of("goes") == [("add", "1"), ("delete", "1")]  # once, with its last known state
     assert rec.of("stays") == [("add", "1"), ("update", "2")]
     assert sorted(inf.store.keys()) == [f"{NS}/new", f"{NS}/stays"]
@@ -143,7 +144,7 @@ async def test_resync_redelivers_updates(kube, running):
     rec = Recorder()
     rec.attach(inf)
     await running(inf)
-    await until(lambda: rec.of("r").count(("update", "1")) >= 2)
+    await eventually(lambda: rec.of("r").count(("update", "1")) >= 2)
     assert rec.of("r")[0] == ("add", "1")
 
 
@@ -161,7 +162,7 @@ async def test_late_handler_gets_adds_and_bad_handler_is_contained(kube, running
     rec.attach(inf)
     assert rec.of("late") == [("add", "1")]
     await kube.create(CONFIGMAPS, cm("after", {"v": "1"}), namespace=NS)
-    await until(lambda: rec.of("after") == [("add", "1")])
+    await eventually(lambda: rec.of("after") == [("add", "1")])
 
 
 async def test_label_selector_transitions_become_add_and_delete(kube, running):
@@ -171,9 +172,9 @@ async def test_label_selector_transitions_become_add_and_delete(kube, running):
     await running(inf)
     await kube.create(CONFIGMAPS, cm("s", {"v": "1"}, labels={"sel": "no"}), namespace=NS)
     await kube.patch(CONFIGMAPS, "s", {"metadata": {"labels": {"sel": "yes"}}}, namespace=NS)
-    await until(lambda: rec.of("s") == [("add", "1")])
+    await eventually(lambda: rec.of("s") == [("add", "1")])
     await kube.patch(CONFIGMAPS, "s", {"metadata": {"labels": {"sel": "no"}}}, namespace=NS)
-    await until(lambda: rec.of("s") == [("add", "1"), ("delete", "1")])
+    await eventually(lambda: rec.of("s") == [("add", "1"), ("delete", "1")])
 
 
 async def test_factory_shares_informers_and_serves_cache(kube):
@@ -187,7 +188,7 @@ async def test_factory_shares_informers_and_serves_cache(kube):
         async with asyncio.timeout(5):
             await factory.wait_synced()
         assert factory.has_synced()
-        await until(lambda: factory.get_cached(CONFIGMAPS, NS, "cached") is not None)
+        await eventually(lambda: factory.get_cached(CONFIGMAPS, NS, "cached") is not None)
         assert factory.get_cached(CONFIGMAPS, NS, "cached") is cms.store.get(f"{NS}/cached")
         late = factory.informer(CONFIGMAPS, label_selector="a=b")  # started on creation
         async with asyncio.timeout(5):
@@ -208,7 +209,7 @@ async def test_an_informer_that_dies_after_sync_fails_its_cache_and_tells_the_ow
         async with asyncio.timeout(5):
             await factory.wait_synced()
         factory.supervised(cms).current.cancel()  # killed from outside, after sync
-        await until(lambda: fatal)
+        await eventually(lambda: fatal)
         assert fatal == [(f"informer {CONFIGMAPS}", "cancelled")]
         assert not cms.has_synced() and not factory.has_synced()
         assert factory.unsynced() == [str(CONFIGMAPS)]

@@ -22,7 +22,7 @@ from lc.config import LCConfig
 from lc.link import GMLink, LinkSettings, link_factory
 from proto import MAX_FRAME_BYTES, SUBPROTOCOL, Message, Op, decode_native, encode_native, hello
 from shared.server_limits import ServerLimits, guarded_runner
-from tests.conftest import wait_for
+from tests.conftest import eventually
 from tests.hubfakes import MemSource
 
 NODE = "edge-1"
@@ -186,14 +186,6 @@ async def stored(lc: LocalController) -> dict[tuple[str, str], dict[str, Any]]:
     return {(kind, name): obj for kind, _, name, obj in await lc.store.list_resources()}
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
-    """Poll an async check until true; fail after TIMEOUT seconds."""
-    async with asyncio.timeout(TIMEOUT):
-        while not await check():  # noqa: ASYNC110 - polling the LC's store from outside, bounded
-            await asyncio.sleep(0.02)
-    assert await check(), what
-
-
 # ---- the production seam ------------------------------------------------------------------
 
 
@@ -211,7 +203,7 @@ async def test_lc_with_link_factory_stores_the_snapshot_and_forgets_stale_object
         await controller.link.wait_connected(TIMEOUT)
         expected = {("Model", "m1"): model("m1"), ("Model", "m2"): model("m2"),
                     ("Dataset", "d1"): dataset("d1")}
-        await eventually(lambda: _equals(stored(controller), expected), "snapshot stored, stale gone")
+        await eventually(lambda: _equals(stored(controller), expected), "snapshot stored, stale gone", within=TIMEOUT)
         assert controller.link.info.mode == "native"
         info = controller.link.info.as_dict()
         assert (info["connected"], info["sessions"], info["reconnects"], info["last_error"]) == (True, 1, 0, "")
@@ -239,7 +231,7 @@ async def test_deltas_are_applied_in_order(gm: HubServer, lc: LocalController, l
                                            source: MemSource) -> None:
     link = attach(lc, links, gm.address)
     await link.wait_connected(TIMEOUT)
-    await eventually(lambda: _has(stored(lc), ("Model", "m2")), "snapshot applied")
+    await eventually(lambda: _has(stored(lc), ("Model", "m2")), "snapshot applied", within=TIMEOUT)
     assert gm.hub is not None
     steps: list[tuple[str, dict[str, Any] | None]] = [
         ("m3", model("m3", 1)), ("m3", None), ("m3", model("m3", 2)),  # ends present at v2
@@ -250,7 +242,7 @@ async def test_deltas_are_applied_in_order(gm: HubServer, lc: LocalController, l
         gm.hub.notify_changed("Model", "default", name, obj, [NODE])
         await asyncio.sleep(0)  # let the hub's writer run between changes, so frames are not all coalesced
     expected = {("Model", "m2"): model("m2"), ("Model", "m3"): model("m3", 2), ("Dataset", "d1"): dataset("d1")}
-    await eventually(lambda: _equals(stored(lc), expected), "deltas applied in order")
+    await eventually(lambda: _equals(stored(lc), expected), "deltas applied in order", within=TIMEOUT)
     assert link.applier.stats.errors == 0
 
 
@@ -286,7 +278,7 @@ async def test_broken_downstream_frame_reconnects_without_crashing(
     try:
         link = attach(lc, links, f"127.0.0.1:{runner.addresses[0][1]}")
         # Sessions that die at once do not reset the backoff: consecutive failures pile up.
-        await wait_for(lambda: link.info.failures >= 2 and closes, within=TIMEOUT,
+        await eventually(lambda: link.info.failures >= 2 and closes, within=TIMEOUT,
                        message="a second broken session")
         assert closes[0] == 1007
         assert connections >= 2
@@ -323,7 +315,7 @@ async def test_silent_gm_is_declared_dead(lc: LocalController, links: list[GMLin
     try:
         link = attach(lc, links, f"127.0.0.1:{runner.addresses[0][1]}",
                       ping_interval=0.1, silence_timeout=0.4)
-        await wait_for(lambda: "no frame from the GM" in link.info.last_error, within=TIMEOUT,
+        await eventually(lambda: "no frame from the GM" in link.info.last_error, within=TIMEOUT,
                        message="silence detected")
         assert link.info.sessions >= 1
     finally:
@@ -343,17 +335,17 @@ async def test_reports_appended_while_the_gm_is_down_are_delivered_once(
     link = attach(lc, links, gm.address)
     await link.wait_connected(TIMEOUT)
     first = await lc.store.append_report("Model", "default", "r", {"n": 0})
-    await wait_for(lambda: handler.seqs("r") == [first], within=TIMEOUT, message="first report")
+    await eventually(lambda: handler.seqs("r") == [first], within=TIMEOUT, message="first report")
 
     await gm.stop()
-    await wait_for(lambda: link.state != "connected", within=TIMEOUT, message="link noticed the GM left")
+    await eventually(lambda: link.state != "connected", within=TIMEOUT, message="link noticed the GM left")
     seqs = [await lc.store.append_report("Model", "default", "r", {"n": i}) for i in range(1, 21)]
     assert lc.store.outbox_size >= 20
     await gm.start()
 
-    await wait_for(lambda: handler.seqs("r") == [first, *seqs], within=TIMEOUT,
+    await eventually(lambda: handler.seqs("r") == [first, *seqs], within=TIMEOUT,
                    message="all reports applied once, in order")
-    await wait_for(lambda: lc.store.outbox_size == 0, within=TIMEOUT, message="outbox emptied by acks")
+    await eventually(lambda: lc.store.outbox_size == 0, within=TIMEOUT, message="outbox emptied by acks")
     assert await lc.store.pending(0, 100) == []
     assert [body["n"] for *_, name, body in handler.applied if name == "r"] == list(range(21))
     assert link.info.reconnects >= 1 and link.info.sessions == 2
@@ -368,8 +360,8 @@ async def test_refused_report_moves_to_the_dead_letters_after_its_error_ack(
     await link.wait_connected(TIMEOUT)
     refused = await lc.store.append_report("Model", "default", "not-mine", {"n": 1})
     applied = await lc.store.append_report("Model", "default", "mine", {"n": 2})
-    await wait_for(lambda: handler.seqs("mine") == [applied], within=TIMEOUT, message="good report")
-    await wait_for(lambda: lc.store.outbox_size == 0, within=TIMEOUT, message="refused report moved")
+    await eventually(lambda: handler.seqs("mine") == [applied], within=TIMEOUT, message="good report")
+    await eventually(lambda: lc.store.outbox_size == 0, within=TIMEOUT, message="refused report moved")
     assert handler.seqs("not-mine") == []
     assert (link.info.refused, link.info.acked) == (1, 1)
     assert await lc.store.pending(0, 10) == []
@@ -409,10 +401,10 @@ async def test_poisoned_worker_report_is_refused_and_the_good_ones_reach_the_gm(
     await controller.start()
     try:
         assert controller.store is not None
-        await wait_for(lambda: controller.link_state() == "connected", within=TIMEOUT,
+        await eventually(lambda: controller.link_state() == "connected", within=TIMEOUT,
                        message="link up")
         store = controller.store
-        await wait_for(lambda: store.get_resource("JointInferenceService", "default", "ji"),
+        await eventually(lambda: store.get_resource("JointInferenceService", "default", "ji"),
                        within=TIMEOUT, message="job known")
         base = f"http://127.0.0.1:{controller.port}"
         poisoned = [_worker_report("w", "ji", ownerInfo={"deep": nested(150)}),
@@ -424,7 +416,7 @@ async def test_poisoned_worker_report_is_refused_and_the_good_ones_reach_the_gm(
         for i in range(3):
             status, _ = await _post(base, _worker_report("w", "ji", ownerInfo={"round": i}))
             assert status == 200
-        await wait_for(lambda: len(handler.seqs("ji")) == 3, within=TIMEOUT, message="good reports")
+        await eventually(lambda: len(handler.seqs("ji")) == 3, within=TIMEOUT, message="good reports")
         rounds = [body["output"]["ownerInfo"]["round"] for *_, body in handler.applied]
         assert rounds == [0, 1, 2]
         assert gm.hub is not None and gm.hub.stats.sessions_broken == 0
@@ -439,8 +431,8 @@ async def test_unsendable_stored_report_becomes_a_dead_letter_and_the_rest_are_r
     poisoned = await lc.store.append_report("Model", "default", "m1", {"info": nested(120)})
     good = [await lc.store.append_report("Model", "default", "m1", {"n": i}) for i in range(3)]
     link = attach(lc, links, gm.address)
-    await wait_for(lambda: handler.seqs("m1") == good, within=TIMEOUT, message="good reports")
-    await wait_for(lambda: lc.store.outbox_size == 0, within=TIMEOUT, message="outbox drained")
+    await eventually(lambda: handler.seqs("m1") == good, within=TIMEOUT, message="good reports")
+    await eventually(lambda: lc.store.outbox_size == 0, within=TIMEOUT, message="outbox drained")
     [dead] = await lc.store.dead_letters()
     assert (dead.seq, dead.reason) == (poisoned, "unsendable")
     assert "nested deeper than 100 levels" in dead.error
@@ -464,16 +456,16 @@ async def test_frame_the_gm_refuses_is_isolated_and_dead_lettered(
         big = await lc.store.append_report("Model", "default", "m1", {"blob": "x" * 8192})
         after = [await lc.store.append_report("Model", "default", "m1", {"n": i}) for i in range(3, 6)]
         link = attach(lc, links, server.address)
-        await wait_for(lambda: lc.store.dead_letter_counts.get("protocol") == 1, within=TIMEOUT,
+        await eventually(lambda: lc.store.dead_letter_counts.get("protocol") == 1, within=TIMEOUT,
                        message="the big report convicted")
-        await wait_for(lambda: sorted(set(handler.seqs("m1"))) == before + after, within=TIMEOUT,
+        await eventually(lambda: sorted(set(handler.seqs("m1"))) == before + after, within=TIMEOUT,
                        message="every other report applied")
-        await wait_for(lambda: lc.store.outbox_size == 0, within=TIMEOUT, message="outbox drained")
+        await eventually(lambda: lc.store.outbox_size == 0, within=TIMEOUT, message="outbox drained")
         [dead] = await lc.store.dead_letters()
         assert (dead.seq, dead.reason) == (big, "protocol")
         assert dead.error == "GM closed the connection (code 1009)"
         store = lc.store
-        await wait_for(lambda: _no_suspects(store), within=TIMEOUT, message="full window again")
+        await eventually(lambda: _no_suspects(store), within=TIMEOUT, message="full window again")
         assert link.info.sessions >= 2
     finally:
         await server.stop()
@@ -489,11 +481,11 @@ async def test_gm_without_the_subprotocol_gets_upstream_mode(
         link = attach(lc, links, server.address)
         await link.wait_connected(TIMEOUT)
         assert link.info.mode == "upstream"
-        await eventually(lambda: _has(stored(lc), ("Model", "m1")), "upstream inserts applied")
+        await eventually(lambda: _has(stored(lc), ("Model", "m1")), "upstream inserts applied", within=TIMEOUT)
         seq = await lc.store.append_report("Dataset", "default", "counted", {"numberOfSamples": 7})
-        await wait_for(lambda: handler.applied, within=TIMEOUT, message="status frame delivered")
+        await eventually(lambda: handler.applied, within=TIMEOUT, message="status frame delivered")
         assert handler.applied == [(NODE, 0, "Dataset", "counted", {"numberOfSamples": 7})]
-        await wait_for(lambda: lc.store.outbox_size == 0, within=TIMEOUT,
+        await eventually(lambda: lc.store.outbox_size == 0, within=TIMEOUT,
                        message="sent report deleted (upstream has no acks)")
         assert seq >= 1 and link.info.acked == 0 and link.info.sent == 1
     finally:
@@ -511,16 +503,16 @@ async def test_second_link_for_the_node_replaces_the_first_without_losing_report
     await first.wait_connected(TIMEOUT)
     handler.gate.clear()  # the GM takes the first report and does not finish it
     seqs = [await lc.store.append_report("Model", "default", "r", {"n": i}) for i in range(3)]
-    await wait_for(lambda: handler.waiting == 1, within=TIMEOUT, message="GM busy with a report")
+    await eventually(lambda: handler.waiting == 1, within=TIMEOUT, message="GM busy with a report")
 
     second = attach(lc, links, gm.address)
     await second.wait_connected(TIMEOUT)
-    await wait_for(lambda: first.state != "connected", within=TIMEOUT, message="first link replaced")
+    await eventually(lambda: first.state != "connected", within=TIMEOUT, message="first link replaced")
     handler.gate.set()
 
-    await wait_for(lambda: handler.seqs("r") == seqs, within=TIMEOUT,
+    await eventually(lambda: handler.seqs("r") == seqs, within=TIMEOUT,
                    message="every report applied through the second link")
-    await wait_for(lambda: lc.store.outbox_size == 0, within=TIMEOUT, message="outbox emptied")
+    await eventually(lambda: lc.store.outbox_size == 0, within=TIMEOUT, message="outbox emptied")
     assert "4000" in first.info.last_error
     assert first.state == "backoff"  # waits replaced_delay before trying again
     assert gm.hub.connected_nodes() == [NODE] and gm.hub.stats.sessions_replaced == 1
@@ -537,8 +529,8 @@ async def test_report_without_ack_is_resent_after_the_ack_timeout(
     await link.wait_connected(TIMEOUT)
     flaky = await lc.store.append_report("Model", "default", "flaky", {"n": 1})
     after = await lc.store.append_report("Model", "default", "r", {"n": 2})
-    await wait_for(lambda: handler.seqs("flaky") == [flaky], within=TIMEOUT, message="flaky applied")
-    await wait_for(lambda: lc.store.outbox_size == 0, within=TIMEOUT, message="outbox emptied")
+    await eventually(lambda: handler.seqs("flaky") == [flaky], within=TIMEOUT, message="flaky applied")
+    await eventually(lambda: lc.store.outbox_size == 0, within=TIMEOUT, message="outbox emptied")
     assert handler.seqs("r") == [after]  # not held up behind the unacked one
     assert (handler.deferred, link.info.resent, link.info.acked) == (2, 2, 2)
 
@@ -549,7 +541,7 @@ async def test_bearer_token_is_sent_and_a_wrong_one_is_reported(
     await server.start()
     try:
         wrong = attach(lc, links, server.address, token="nope")
-        await wait_for(lambda: wrong.info.reconnects >= 1, within=TIMEOUT, message="a refused dial")
+        await eventually(lambda: wrong.info.reconnects >= 1, within=TIMEOUT, message="a refused dial")
         assert wrong.info.last_error.startswith("GM refused the websocket upgrade: 401")
         assert wrong.info.sessions == 0
         await links.pop().stop(within=5.0)
@@ -593,7 +585,7 @@ async def test_gm_closes_idle_connections_but_not_websocket_sessions(
         hub = server.hub
         assert hub is not None
         # ten GM pings span more than three idle timeouts: the session is still the first one
-        await wait_for(lambda: hub.stats.pings_out >= 10, within=TIMEOUT, message="GM pings")
+        await eventually(lambda: hub.stats.pings_out >= 10, within=TIMEOUT, message="GM pings")
         assert (hub.stats.sessions_opened, link.info.sessions, link.state) == (1, 1, "connected")
     finally:
         await server.stop()
@@ -613,7 +605,7 @@ async def test_suspects_recorded_before_a_restart_are_sent_one_at_a_time(
         later = await lc.store.append_report("Model", "default", "m1", {"n": 9})
         await lc.store.put_meta("link.suspect_upto", str(big))  # as a previous run left it
         link = attach(lc, links, server.address)
-        await wait_for(lambda: sorted(set(handler.seqs("m1"))) == [*good, later], within=TIMEOUT,
+        await eventually(lambda: sorted(set(handler.seqs("m1"))) == [*good, later], within=TIMEOUT,
                        message="every good report applied")
         hub = server.hub
         assert hub is not None

@@ -19,7 +19,7 @@ from gm.kube.resources import GVR
 from lc.app import LocalController
 from lc.config import load
 from lc.link import link_factory
-from tests.conftest import wait_for
+from tests.conftest import eventually
 from tests.e2e.conftest import load_example
 
 NS = "default"
@@ -93,7 +93,7 @@ async def test_worker_report_becomes_cr_status_visible_to_kubectl(start_gm, api,
     (tmp_path / "rootfs-edge-node-1" / "data").mkdir(parents=True)
     (tmp_path / "rootfs-edge-node-1" / "data" / "1.txt").write_text("a.jpg 1\nb.jpg 0\nc.jpg 1\n")
     async with local_controller(lc_env(tmp_path, "edge-node-1", gm.port)) as (lc, base):
-        await wait_for(lambda: "edge-node-1" in gm.hub.connected_nodes(), within=10, message="LC connected")
+        await eventually(lambda: "edge-node-1" in gm.hub.connected_nodes(), within=10, message="LC connected")
         async with aiohttp.ClientSession() as session:
             async def job_on_node():
                 return await lc.store.get_resource("FederatedLearningJob", NS, JOB)
@@ -103,11 +103,11 @@ async def test_worker_report_becomes_cr_status_visible_to_kubectl(start_gm, api,
                 await asyncio.sleep(0.02)
             status, body = await post_report(session, base, round_report(2))
             assert (status, body) == (200, {"Status": 200, "Message": "OK"})
-        cond = await wait_for(lambda: (c := training_condition(dc)) and "Round 2" in c["message"] and c,
+        cond = await eventually(lambda: (c := training_condition(dc)) and "Round 2" in c["message"] and c,
                               within=10, message="round reported")
         assert cond["reason"] == "DoTraining"
         # the Dataset's sample count, counted by the LC's dataset monitor from the node's file
-        await wait_for(lambda: dc.store.get(dc.store.registry.lookup(
+        await eventually(lambda: dc.store.get(dc.store.registry.lookup(
             group="sedna.io", version="v1alpha1", resource="datasets"), NS,
             "edge1-surface-defect-detection-dataset").get("status", {}).get("numberOfSamples") == 3,
             within=10, message="numberOfSamples")
@@ -138,7 +138,7 @@ async def test_reports_survive_gm_outage_and_lc_sigkill(start_gm, api, sedna_clu
                                                     stdout=asyncio.subprocess.DEVNULL,
                                                     stderr=asyncio.subprocess.DEVNULL)
         try:
-            await wait_for(lambda: "edge-node-1" in gm.hub.connected_nodes(), within=10, message="LC connected")
+            await eventually(lambda: "edge-node-1" in gm.hub.connected_nodes(), within=10, message="LC connected")
         except AssertionError:
             proc.kill()
             await proc.wait()
@@ -149,7 +149,7 @@ async def test_reports_survive_gm_outage_and_lc_sigkill(start_gm, api, sedna_clu
     base = f"http://127.0.0.1:{lc_port}"
     try:
         # the LC has the job (snapshot), then the GM goes away
-        await wait_for(lambda: job_in_lc_db(tmp_path / "edge-node-1.db"), within=10,
+        await eventually(lambda: job_in_lc_db(tmp_path / "edge-node-1.db"), within=10,
                        message="the job stored by the LC")
         await gm.stop()
         latencies = []
@@ -166,9 +166,9 @@ async def test_reports_survive_gm_outage_and_lc_sigkill(start_gm, api, sedna_clu
     gm2 = await start_gm(websocket=websocket)
     lc = await start_lc(gm2)
     try:
-        await wait_for(lambda: (c := training_condition(dc)) and "Round 5" in c["message"], within=15,
+        await eventually(lambda: (c := training_condition(dc)) and "Round 5" in c["message"], within=15,
                        message="all rounds applied after the outage")
-        await wait_for(lambda: gm2.hub.stats.status_applied >= 5, within=5)
+        await eventually(lambda: gm2.hub.stats.status_applied >= 5, within=5)
         await asyncio.sleep(0.3)
         assert gm2.hub.stats.status_applied == 5  # each report applied once, none twice
     finally:
@@ -182,13 +182,13 @@ async def test_lc_cannot_change_a_job_on_another_node(start_gm, api, sedna_clust
     await create_fl_example(api)
     ds_rt = dc.store.registry.lookup(group="sedna.io", version="v1alpha1", resource="datasets")
     async with local_controller(lc_env(tmp_path, "edge-node-2", gm.port)) as (lc, base):
-        await wait_for(lambda: "edge-node-2" in gm.hub.connected_nodes(), within=10)
+        await eventually(lambda: "edge-node-2" in gm.hub.connected_nodes(), within=10)
         # edge-node-2 forges a sample count for edge-node-1's dataset
         await lc.store.append_report("Dataset", NS, "edge1-surface-defect-detection-dataset",
                                      {"numberOfSamples": 999})
-        await wait_for(lambda: gm.hub.stats.refused >= 1, within=10, message="report refused")
+        await eventually(lambda: gm.hub.stats.refused >= 1, within=10, message="report refused")
         # refused with an error ack: the LC drops it instead of resending forever
-        await wait_for(lambda: lc.store.outbox_size == 0, within=10, message="outbox drained")
+        await eventually(lambda: lc.store.outbox_size == 0, within=10, message="outbox drained")
     status = dc.store.get(ds_rt, NS, "edge1-surface-defect-detection-dataset").get("status") or {}
     assert status.get("numberOfSamples") != 999
 

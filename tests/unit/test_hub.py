@@ -19,6 +19,7 @@ from gm.hub import MAX_HELD, Hub, ReportDeferred, ReportInvalid, _Holds
 from gm.kube.errors import Unavailable
 from gm.kube.tokenreview import NODE_NAME_EXTRA, TokenReviewResult
 from proto import SUBPROTOCOL, Message, Op, decode_native, encode_native
+from tests.conftest import eventually
 from tests.hubfakes import MemSource
 
 NODE = "edge-1"
@@ -87,14 +88,6 @@ async def make_hub(aiohttp_server: Any, source: MemSource, handler: MemHandler) 
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession() as session:
         yield session
-
-
-async def until(predicate: Callable[[], bool], what: str) -> None:
-    """Poll `predicate` until true; fail after TIMEOUT seconds."""
-    async with asyncio.timeout(TIMEOUT):
-        while not predicate():  # noqa: ASYNC110 - polling hub state from outside, bounded by TIMEOUT
-            await asyncio.sleep(0.01)
-    assert predicate(), what
 
 
 async def recv(ws: aiohttp.ClientWebSocketResponse) -> Message:
@@ -384,7 +377,7 @@ async def test_deferred_report_is_not_overtaken_by_later_ones_for_its_object(
     await read_snapshot(ws)
     handler.defer_seqs.add(1)
     await send_status(ws, 1, "d1")  # deferred: no ack
-    await until(lambda: hub.stats.deferred == 1, "first report deferred")
+    await eventually(lambda: hub.stats.deferred == 1, "first report deferred")
     handler.defer_seqs.clear()
     await send_status(ws, 2, "d1")  # would apply, but must not overtake 1: held
     await send_status(ws, 3, "d2")  # another object goes on
@@ -405,11 +398,11 @@ async def test_released_report_deferred_again_keeps_holding_the_rest(
     await send_status(ws, 1, "d1")
     await send_status(ws, 2, "d1")
     await send_status(ws, 3, "d1")
-    await until(lambda: hub.stats.held_back == 2, "2 and 3 held behind 1")
+    await eventually(lambda: hub.stats.held_back == 2, "2 and 3 held behind 1")
     handler.defer_seqs.discard(1)
     await send_status(ws, 1, "d1")  # applied; releases 2, which is deferred and now holds 3
     assert await recv(ws) == proto.ack(1)
-    await until(lambda: hub.stats.deferred == 2, "2 deferred on release")
+    await eventually(lambda: hub.stats.deferred == 2, "2 deferred on release")
     handler.defer_seqs.clear()
     await send_status(ws, 3, "d1")  # the LC resends 3 first: held behind 2
     await send_status(ws, 2, "d1")
@@ -425,10 +418,10 @@ async def test_refusing_the_deferred_report_releases_the_later_ones(
     handler.defer_seqs.update({4, 5})
     await send_status(ws, 5, "d1")
     await send_status(ws, 4, "d1")  # older than the deferred one: not held, deferred on its own
-    await until(lambda: hub.stats.deferred == 2, "both deferred")
+    await eventually(lambda: hub.stats.deferred == 2, "both deferred")
     handler.defer_seqs.clear()
     await send_status(ws, 5, "d1")  # now held behind 4, the lowest deferred seq
-    await until(lambda: hub.stats.held_back == 1, "held")
+    await eventually(lambda: hub.stats.held_back == 1, "held")
     handler.refuse_seqs.add(4)
     await send_status(ws, 4, "d1")  # refused for good: acked with the reason, releases 5
     assert [await recv(ws), await recv(ws)] == [proto.ack(4, error="numberOfSamples must be an integer"),
@@ -444,7 +437,7 @@ async def test_held_reports_are_forgotten_with_the_session(
     await read_snapshot(ws)
     handler.unavailable.add("d1")
     await send_status(ws, 1, "d1")
-    await until(lambda: hub.stats.deferred == 1, "deferred")
+    await eventually(lambda: hub.stats.deferred == 1, "deferred")
     await ws.close()
     handler.unavailable.clear()
     ws = await connect(http, url)  # the LC replays in seq order in its new session
@@ -477,7 +470,7 @@ async def test_broken_frame_closes_only_that_session(make_hub: HubFactory, http:
     await (bad.send_bytes(frame) if isinstance(frame, bytes) else bad.send_str(frame))
     got_code, got_reason = await recv_close(bad)
     assert got_code == code and reason in got_reason
-    await until(lambda: hub.connected_nodes() == [OTHER], "broken session deregistered")
+    await eventually(lambda: hub.connected_nodes() == [OTHER], "broken session deregistered")
     hub.notify_changed("Dataset", "default", "o2", dataset("o2", OTHER), [OTHER])
     assert (await recv(good)).name == "o2"
     assert hub.stats.sessions_broken == 1
@@ -489,13 +482,13 @@ async def test_oversized_frame_closes_with_1009(make_hub: HubFactory, http: aioh
     await read_snapshot(ws)
     await send_status(ws, 1, "d1", {"blob": "x" * 8192})
     assert (await recv_close(ws))[0] == 1009
-    await until(lambda: hub.connected_nodes() == [], "session ended")
+    await eventually(lambda: hub.connected_nodes() == [], "session ended")
 
 
 async def test_silent_peer_is_declared_dead(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
     hub, url = await make_hub(ping_interval=0.05, dead_after=0.3)
     ws = await connect(http, url)  # from here on the client reads nothing, so it never pongs
-    await until(lambda: hub.connected_nodes() == [], "dead session removed")
+    await eventually(lambda: hub.connected_nodes() == [], "dead session removed")
     assert hub.stats.sessions_dead == 1
     assert await recv_close(ws) == (proto.CLOSE_DEAD, "no frame from the peer for 0.3s")
 
@@ -578,7 +571,7 @@ async def test_upstream_status_is_dispatched_without_ack(
                                     "content": base64.b64encode(b'{"numberOfSamples":1}').decode()}).decode())
     await ws.send_str('{"header":{"namespace":"default","resourceKind":"dataset","resourceName":"d1",'
                       '"operation":"patch"},"content":null}\n')
-    await until(lambda: hub.stats.refused == 1 and hub.stats.frames_in == 4, "all frames read")
+    await eventually(lambda: hub.stats.refused == 1 and hub.stats.frames_in == 4, "all frames read")
     assert handler.applied == [(NODE, Message(Op.STATUS, 0, "Dataset", "default", "incremental-dataset",
                                               {"numberOfSamples": 500}))]
     hub.notify_changed("Dataset", "default", "d2", None, [NODE])
@@ -599,9 +592,9 @@ async def test_upstream_deferred_report_does_not_hold_later_ones(
                                                    "resourceName": "d1", "operation": "status"},
                                         "content": base64.b64encode(b'{"numberOfSamples":%d}' % count).decode()})
                           .decode())
-        await until(lambda: hub.stats.deferred == 1, "first report deferred")
+        await eventually(lambda: hub.stats.deferred == 1, "first report deferred")
         handler.unavailable.clear()
-    await until(lambda: len(handler.applied) == 1, "second report applied")
+    await eventually(lambda: len(handler.applied) == 1, "second report applied")
     assert handler.applied[0][1].body == {"numberOfSamples": 2}
     assert hub.stats.held_back == 0 and handler.epochs == [""]
 
@@ -621,7 +614,7 @@ async def test_upstream_reconnect_learns_deletions_made_while_away(
     ws = await connect_upstream(http, url, OTHER)
     assert (await recv_text(ws))["header"]["resourceName"] == "o1"
     await ws.close()
-    await until(lambda: hub.connected_nodes() == [], "session gone")
+    await eventually(lambda: hub.connected_nodes() == [], "session gone")
     source.remove(OTHER, "Dataset", "o1")
     source.put(OTHER, "Dataset", "o2", dataset("o2", OTHER))
     ws = await connect_upstream(http, url, OTHER)
@@ -654,7 +647,7 @@ async def test_forget_node_closes_its_session(make_hub: HubFactory, http: aiohtt
     await read_snapshot(ws)
     hub.forget_node(NODE)
     assert await recv_close(ws) == (proto.CLOSE_GOING_AWAY, "node removed")
-    await until(lambda: hub.connected_nodes() == [], "session gone")
+    await eventually(lambda: hub.connected_nodes() == [], "session gone")
 
 
 @pytest.mark.parametrize(("ping", "dead"), [(30.0, 30.0), (0.0, 1.0), (5.0, 1.0)])

@@ -15,7 +15,7 @@ from gm.controllers.runner import (
 from gm.kube.ratelimit import ItemExponentialFailureRateLimiter
 from gm.kube.workqueue import WorkQueue
 from shared.metrics import Registry
-from tests.conftest import wait_for
+from tests.conftest import eventually
 
 
 async def _synced():
@@ -25,7 +25,7 @@ async def _synced():
 async def run_until(runner, predicate, within=2.0):
     task = asyncio.create_task(runner.run(_synced))
     try:
-        await wait_for(predicate, within=within, interval=0.005)
+        await eventually(predicate, within=within, interval=0.005)
     finally:
         runner.queue.shut_down()
         await task
@@ -82,7 +82,7 @@ async def test_a_key_is_never_reconciled_concurrently():
     for _ in range(20):
         queue.add("ns/a")
         await asyncio.sleep(0.002)
-    await wait_for(lambda: not len(queue) and count >= 2, within=2, interval=0.005)
+    await eventually(lambda: not len(queue) and count >= 2, within=2, interval=0.005)
     queue.shut_down()
     await task
     assert overlaps == []

@@ -10,6 +10,7 @@ import pytest
 from gm.kube.metrics import KubeMetrics
 from gm.kube.ratelimit import ItemExponentialFailureRateLimiter
 from gm.kube.workqueue import SHUTDOWN, WorkQueue
+from tests.conftest import eventually
 
 
 async def get_now(q: WorkQueue):
@@ -85,7 +86,7 @@ async def test_workers_never_process_one_key_concurrently():
     for i in range(200):
         q.add(f"k{i % 5}")
         await asyncio.sleep(0)
-    await asyncio.wait_for(_until(lambda: len(q) == 0 and not active), 2.0)
+    await eventually(lambda: len(q) == 0 and not active, "queue drained", within=2.0, interval=0.001)
     assert await q.shut_down_with_drain(1.0)
     await asyncio.gather(*workers)
     assert overlaps == 0
@@ -213,7 +214,3 @@ async def test_metrics_track_depth_adds_and_retries():
     q.add_rate_limited("a")
     assert m.queue_retries.value("jobs") == 1
 
-
-async def _until(pred, interval: float = 0.001) -> None:
-    while not pred():  # noqa: ASYNC110 - wait_for() around it bounds the poll
-        await asyncio.sleep(interval)
