@@ -8,6 +8,7 @@ production `link_factory` or a GMLink built with short timings for restart scena
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -592,10 +593,12 @@ async def test_gm_closes_idle_connections_but_not_websocket_sessions(
 
 
 async def test_suspects_recorded_before_a_restart_are_sent_one_at_a_time(
-        source: MemSource, handler: MemHandler, lc: LocalController, links: list[GMLink]) -> None:
+        source: MemSource, handler: MemHandler, lc: LocalController, links: list[GMLink],
+        caplog: pytest.LogCaptureFixture) -> None:
     """The suspect horizon is in the store: a restarted LC probes from its first session, so
     the GM closes on the poisoned report once, not once for the whole window."""
     assert lc.store is not None
+    caplog.set_level(logging.INFO, logger="sedna.gm.hub")
     server = HubServer(source, handler)
     server.max_frame_bytes = 4096
     await server.start()
@@ -609,7 +612,12 @@ async def test_suspects_recorded_before_a_restart_are_sent_one_at_a_time(
                        message="every good report applied")
         hub = server.hub
         assert hub is not None
-        assert (hub.stats.sessions_broken, link.info.sessions) == (1, 2)
+        # one close over the poisoned frame, not one per report of the old window (a session
+        # can also end for other reasons on a loaded machine: only frame refusals count here)
+        refusals = [r.reason for r in caplog.records
+                    if r.getMessage() == "hub session closed" and "exceeds limit" in r.reason]
+        assert len(refusals) == 1, refusals
+        assert link.info.sessions >= 2
         assert lc.store.dead_letter_counts == {"protocol": 1}
     finally:
         await server.stop()
