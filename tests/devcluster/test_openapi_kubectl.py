@@ -80,3 +80,21 @@ async def test_apply_unknown_field_warns_under_warn_and_is_not_stored(kubectl) -
     rc, out, err = await kubectl("get", "deployment", "web", "-o", "jsonpath={.spec.template.spec.containers[0]}")
     assert rc == 0, err
     assert '"image":"nginx"' in out and "resoures" not in out
+
+
+async def test_apply_unknown_field_dropped_silently_under_ignore(kubectl) -> None:
+    rc, out, err = await kubectl("apply", "--validate=false", "-f", "-", stdin=DEPLOYMENT_WITH_TYPO)
+    assert rc == 0, err
+    assert "Warning" not in err and "deployment.apps/web created" in out
+
+
+async def test_server_side_apply_unknown_field_fails_naming_it(kubectl) -> None:
+    rc, _, err = await kubectl("apply", "--server-side", "-f", "-", stdin=DEPLOYMENT_WITH_TYPO)
+    assert rc != 0
+    assert ("failed to create typed patch object (default/web; apps/v1, Kind=Deployment): "
+            ".spec.template.spec.containers[0].resoures: field not declared in schema") in err
+    fixed = DEPLOYMENT_WITH_TYPO.replace("resoures", "resources")
+    rc, out, err = await kubectl("apply", "--server-side", "-f", "-", stdin=fixed)
+    assert rc == 0, err
+    rc, out, err = await kubectl("get", "deployment", "web", "-o", "jsonpath={.spec.template.spec.containers[0].resources}")
+    assert rc == 0 and out == '{"limits":{"cpu":"100m"}}', (out, err)
