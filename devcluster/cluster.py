@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from devcluster import bootstrap_policy
 from devcluster.controllers.base import Controller
 from devcluster.controllers.deployment import DeploymentController
 from devcluster.controllers.gc import GarbageCollector
@@ -28,6 +29,7 @@ from devcluster.controllers.kubelet import Kubelet
 from devcluster.controllers.nodes import DEFAULT_NODES, NodeController
 from devcluster.controllers.replicaset import ReplicaSetController
 from devcluster.controllers.scheduler import Scheduler
+from devcluster.controllers.tokens import TokenController
 from devcluster.faults import Faults
 from devcluster.runtime import ImageEntry, ProcessRuntime, load_image_map, parse_image_map
 from devcluster.store import Store
@@ -50,11 +52,12 @@ class DevCluster:
     ):
         self.store = store or Store()
         self.supervisor = supervisor or Supervisor()
-        self.tokens = TokenAuthority(self.store)  # pod-bound ServiceAccount tokens, for TokenReview
+        self.tokens = TokenAuthority(self.store)  # every ServiceAccount token: issued, reviewed, authenticated
         self.faults = faults if faults is not None else Faults()  # tests switch faults on at run time
         self.state_file = Path(state_file) if state_file else None
         if self.state_file is not None and self.state_file.exists():
             self.store.load(self.state_file.read_bytes())
+        bootstrap_policy.ensure(self.store)  # the default RBAC a real cluster starts with
         self.runtime: ProcessRuntime | None = None
         if process_runtime:
             self.runtime = ProcessRuntime(_image_map(image_map), supervisor=self.supervisor,
@@ -68,6 +71,7 @@ class DevCluster:
             Scheduler(self.store, resync=resync),
             Kubelet(self.store, start_delay=start_delay, termination_delay=termination_delay,
                     runtime=self.runtime, resync=resync),
+            TokenController(self.store, self.tokens, resync=resync),
         ):
             self.controllers[ctl.name] = ctl
         self._runner: web.AppRunner | None = None
