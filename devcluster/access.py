@@ -60,6 +60,8 @@ class Access:
         """The user a request acts as; ApiError 401 (who?) or 403 (not allowed)."""
         user = self.authenticate(request.headers.get("Authorization"))
         user = self._impersonated(user, request)
+        if authz.MASTERS in user.groups:
+            return user  # the admin's requests skip request parsing: they are never denied
         attrs = authz.request_attributes(request.method, request.path, request.query)
         decision = authz.authorize(user, attrs, self.policy)
         if not decision.allowed:

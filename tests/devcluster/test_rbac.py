@@ -196,6 +196,14 @@ async def test_a_token_dies_with_what_it_is_bound_to(tls: Tls, gone: str) -> Non
     assert (status, body["reason"]) == (401, "Unauthorized")
 
 
+async def test_token_subresource_is_discovered_as_token_request(cluster) -> None:
+    async with aiohttp.ClientSession() as http, http.get(cluster.url + "/api/v1") as resp:
+        resources = (await resp.json())["resources"]
+    [token] = [r for r in resources if r["name"] == "serviceaccounts/token"]
+    assert token == {"name": "serviceaccounts/token", "singularName": "", "namespaced": True, "kind": "TokenRequest",
+                     "verbs": ["create"], "group": "authentication.k8s.io", "version": "v1"}
+
+
 # -- the GM under the chart's RBAC ----------------------------------------------------------------
 
 DATASETS = GVR("sedna.io", "v1alpha1", "datasets")
