@@ -25,6 +25,7 @@ from devcluster.controllers.base import Controller
 from devcluster.controllers.daemonset import DaemonSetController
 from devcluster.controllers.deployment import DeploymentController
 from devcluster.controllers.gc import GarbageCollector
+from devcluster.controllers.job import JobController
 from devcluster.controllers.kubelet import Kubelet
 from devcluster.controllers.nodes import DEFAULT_NODES, NodeController
 from devcluster.controllers.replicaset import ReplicaSetController
@@ -67,6 +68,7 @@ class DevCluster:
             ReplicaSetController(self.store, resync=resync),
             DeploymentController(self.store, resync=resync),
             DaemonSetController(self.store, resync=resync),
+            JobController(self.store, resync=resync),
             Scheduler(self.store, resync=resync),
             Kubelet(self.store, start_delay=start_delay, termination_delay=termination_delay,
                     runtime=self.runtime, resync=resync),
