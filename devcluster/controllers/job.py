@@ -27,8 +27,8 @@ from typing import Any
 from devcluster.controllers.base import Controller
 from devcluster.controllers.meta import (
     controller_ref,
-    find_condition,
     finalizers,
+    find_condition,
     get_controller_of,
     is_deleting,
     now_time,
