@@ -128,3 +128,15 @@ async def test_table_include_object(cluster):
         assert meta["rows"][0]["object"]["kind"] == "PartialObjectMetadata"
         none = await table("?includeObject=None")
         assert "object" not in none["rows"][0]
+
+
+async def test_namespaces_discovery_has_no_collection_delete(cluster):
+    code, doc = await _req(cluster, "GET", "/api/v1")
+    assert code == 200
+    verbs = {r["name"]: r["verbs"] for r in doc["resources"]}
+    assert verbs["namespaces"] == ["create", "delete", "get", "list", "patch", "update", "watch"]
+    assert "deletecollection" in verbs["configmaps"]
+    code, status = await _req(cluster, "DELETE", "/api/v1/namespaces")
+    assert (code, status["reason"]) == (405, "MethodNotAllowed")
+    code, _ = await _req(cluster, "GET", "/api/v1/namespaces/default")
+    assert code == 200  # nothing was deleted
