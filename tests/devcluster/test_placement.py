@@ -7,7 +7,12 @@ from collections import Counter
 import pytest
 
 from devcluster.controllers.nodes import build_node
-from devcluster.controllers.placement import misfit, requirement_matches, tolerates, unschedulable_message
+from devcluster.controllers.placement import (
+    misfit,
+    requirement_matches,
+    tolerates,
+    unschedulable_message,
+)
 from devcluster.controllers.scheduler import pick_node
 
 
