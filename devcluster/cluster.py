@@ -21,11 +21,14 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from devcluster import bootstrap_policy
+from devcluster import bootstrap_policy, views
 from devcluster.controllers.base import Controller
+from devcluster.controllers.daemonset import DaemonSetController
 from devcluster.controllers.deployment import DeploymentController
 from devcluster.controllers.gc import GarbageCollector
+from devcluster.controllers.job import JobController
 from devcluster.controllers.kubelet import Kubelet
+from devcluster.controllers.namespace import NamespaceDefaults
 from devcluster.controllers.nodes import DEFAULT_NODES, NodeController
 from devcluster.controllers.replicaset import ReplicaSetController
 from devcluster.controllers.scheduler import Scheduler
@@ -66,9 +69,12 @@ class DevCluster:
         self.controllers: dict[str, Controller] = {}
         for ctl in (
             NodeController(self.store, nodes=nodes, lease_interval=lease_interval),
+            NamespaceDefaults(self.store, resync=resync),
             GarbageCollector(self.store, resync=resync),
             ReplicaSetController(self.store, resync=resync),
             DeploymentController(self.store, resync=resync),
+            DaemonSetController(self.store, resync=resync),
+            JobController(self.store, resync=resync),
             Scheduler(self.store, resync=resync),
             Kubelet(self.store, start_delay=start_delay, termination_delay=termination_delay,
                     runtime=self.runtime, resync=resync),
@@ -90,8 +96,9 @@ class DevCluster:
         return self.supervisor.crashes
 
     def controller(self, name: str) -> Controller:
-        """A controller by name: node-lifecycle, garbage-collector, replicaset-controller,
-        deployment-controller, default-scheduler, kubelet."""
+        """A controller by name: node-lifecycle, namespace-defaults, garbage-collector,
+        replicaset-controller, deployment-controller, daemonset-controller, job-controller,
+        default-scheduler, kubelet."""
         return self.controllers[name]
 
     async def start(self, host: str = "127.0.0.1", port: int = 0, *,
@@ -168,7 +175,8 @@ class DevCluster:
                 if rt is None:
                     raise ValueError(f"{path}: no resource serves {doc.get('apiVersion')} {doc.get('kind')}")
                 namespace = (doc.get("metadata") or {}).get("namespace") or "default"
-                obj = self.store.create(rt, namespace if rt.namespaced else None, doc)
+                target = views.ViewStore(self.store, rt) if views.is_view(rt) else self.store
+                obj = target.create(rt, namespace if rt.namespaced else None, doc)
                 created.append(f"{rt.kind}/{obj['metadata']['name']}")
         return created
 

@@ -19,7 +19,17 @@ import orjson
 import yaml
 from aiohttp import web
 
-from devcluster import access, discovery, fieldvalidation, openapi, protobody, reviewproto, tables, tokenreview
+from devcluster import (
+    access,
+    discovery,
+    fieldvalidation,
+    openapi,
+    protobody,
+    reviewproto,
+    tables,
+    tokenreview,
+    views,
+)
 from devcluster.access import Access
 from devcluster.errors import (
     ApiError,
@@ -104,6 +114,18 @@ class _Api:
         self._cache: dict[str, tuple[int, bytes]] = {}  # discovery/OpenAPI bodies per registry generation
         self.defs = openapi.builtin_definitions()  # the built-in kinds' schemas, for OpenAPI and field validation
         self._streams: set[Any] = set()  # open watches, ended on shutdown so handlers finish at once
+        self._views: dict[tuple[str, str, str], _Api] = {}  # one per view type (views.py), sharing streams
+
+    def _view_api(self, rt: ResourceType) -> _Api:
+        """The same handlers over `views.ViewStore`: the request's view of another storage."""
+        key = (rt.group, rt.version, rt.resource)
+        api = self._views.get(key)
+        if api is None:
+            api = _Api(views.ViewStore(self.store, rt), self.faults, self.log_source,  # type: ignore[arg-type]
+                       self.health, self.tokens)
+            api._streams = self._streams
+            self._views[key] = api
+        return api
 
     async def close_streams(self, _app: web.Application) -> None:
         for w in list(self._streams):
@@ -312,9 +334,10 @@ class _Api:
         q = request.query
         verb = _verb(request.method, t, q)
         await self._inject(verb, t.rt.resource)
+        api = self._view_api(t.rt) if views.is_view(t.rt) else self
         if t.name is None:
-            return await self._collection(request, verb, t, accept)
-        return await self._object(request, verb, t, accept)
+            return await api._collection(request, verb, t, accept)
+        return await api._object(request, verb, t, accept)
 
     async def _inject(self, verb: str, resource: str) -> None:
         if not self.faults.active:
@@ -336,6 +359,8 @@ class _Api:
             obj = self.store.create(t.rt, t.namespace, body, dry_run=_dry_run(q))
             return _warned(json_response(self.store.encode(obj, t.rt), status=201), warnings)
         if verb == "deletecollection":
+            if t.rt.key == ("", "namespaces"):
+                raise method_not_allowed()  # the real server serves no collection delete of namespaces
             opts = await _delete_options(request)
             items = self.store.delete_collection(
                 t.rt, t.namespace, label_selector=q.get("labelSelector"), field_selector=q.get("fieldSelector"),
@@ -354,7 +379,8 @@ class _Api:
             meta["continue"] = page.continue_token
             meta["remainingItemCount"] = page.remaining
         if wants_table(accept):
-            table = tables.to_table(t.rt, page.items, resource_version=str(page.rv), now=time.time())
+            table = tables.to_table(t.rt, page.items, resource_version=str(page.rv), now=time.time(),
+                                    include_object=q.get("includeObject"))
             table["metadata"] = {**table.get("metadata", {}), **meta}
             return json_response(table)
         encode = self.store.encode
@@ -403,7 +429,7 @@ class _Api:
         obj = self.store.get(t.rt, t.namespace, t.name)
         if wants_table(accept) and t.subresource is None:
             return json_response(tables.to_table(t.rt, [obj], resource_version=obj["metadata"]["resourceVersion"],
-                                                 now=time.time()))
+                                                 now=time.time(), include_object=q.get("includeObject")))
         return json_response(self.store.encode(obj, t.rt))
 
     def _encode(self, rt: ResourceType, obj: dict[str, Any]) -> bytes:
@@ -476,14 +502,14 @@ class _Api:
             await resp.write(_error_line(too_old(rv or 0, self.store.compacted + 1)))
             await resp.write_eof()
             return resp
-        return await self._stream(request, resp, w, t.rt, wants_table(accept))
+        return await self._stream(request, resp, w, t.rt, wants_table(accept), q.get("includeObject"))
 
     async def _stream(self, request: web.Request, resp: web.StreamResponse, w: Any, rt: ResourceType,
-                      table: bool) -> web.StreamResponse:
+                      table: bool, include_object: str | None = None) -> web.StreamResponse:
         transport = request.transport
         w.alive = lambda: transport is not None and not transport.is_closing()
         drop = self.faults.watch_drop_after
-        encode = self._event_encoder(rt, table)
+        encode = self._event_encoder(rt, table, include_object)
         self._streams.add(w)
         try:
             async with asyncio.timeout(drop):
@@ -508,7 +534,8 @@ class _Api:
             pass  # the client left between the last event and the terminator
         return resp
 
-    def _event_encoder(self, rt: ResourceType, table: bool) -> Callable[[WatchEvent], bytes]:
+    def _event_encoder(self, rt: ResourceType, table: bool,
+                       include_object: str | None = None) -> Callable[[WatchEvent], bytes]:
         store = self.store
 
         def encode_obj(obj: dict[str, Any]) -> bytes:
@@ -520,7 +547,8 @@ class _Api:
         def as_table(ev: WatchEvent) -> bytes:
             if ev.type == "BOOKMARK":
                 return ev.line()
-            t = tables.to_table(rt, [ev.obj], resource_version=str(ev.rv), now=time.time())
+            t = tables.to_table(rt, [ev.obj], resource_version=str(ev.rv), now=time.time(),
+                                include_object=include_object)
             return orjson.dumps({"type": ev.type, "object": t}) + b"\n"
         return as_table if table else plain
 
