@@ -117,6 +117,7 @@ _KEEP_ZERO = {
         "PreferredSchedulingTerm": "weight",
         "GRPCAction": "port",
         "ReplicationControllerSpec": "replicas",
+        "ReplicationControllerStatus": "replicas",
         "ContainerStatus": "ready restartCount",
         "CSIVolumeSource": "readOnly",
         "LinuxContainerUser": "uid gid",
@@ -138,23 +139,32 @@ _KEEP_ZERO = {
         "RollingUpdateStatefulSetStrategy": "partition",
         "StatefulSetOrdinals": "start",
         "ControllerRevision": "revision",
+        "DaemonSetStatus": "currentNumberScheduled numberMisscheduled desiredNumberScheduled numberReady",
+        "ReplicaSetStatus": "replicas",
+        "StatefulSetStatus": "replicas",
     },
     "k8s.io.api.batch.v1": {
         "JobSpec": "parallelism completions activeDeadlineSeconds backoffLimit backoffLimitPerIndex "
                    "maxFailedIndexes manualSelector ttlSecondsAfterFinished suspend",
         "CronJobSpec": "startingDeadlineSeconds suspend successfulJobsHistoryLimit failedJobsHistoryLimit",
         "SuccessPolicyRule": "succeededCount",
+        "JobStatus": "ready terminating",
     },
     "k8s.io.api.autoscaling.v1": {
         "HorizontalPodAutoscalerSpec": "minReplicas maxReplicas targetCPUUtilizationPercentage",
+        "HorizontalPodAutoscalerStatus": "currentReplicas desiredReplicas",
     },
     "k8s.io.api.autoscaling.v2": {
         "HorizontalPodAutoscalerSpec": "minReplicas maxReplicas",
         "HPAScalingRules": "stabilizationWindowSeconds",
         "HPAScalingPolicy": "value periodSeconds",
         "MetricTarget": "averageUtilization",
+        "HorizontalPodAutoscalerStatus": "desiredReplicas",
     },
     "k8s.io.api.scheduling.v1": {"PriorityClass": "value"},
+    "k8s.io.api.policy.v1": {
+        "PodDisruptionBudgetStatus": "disruptionsAllowed currentHealthy desiredHealthy expectedPods",
+    },
     "k8s.io.api.networking.v1": {"NetworkPolicyPort": "endPort"},
     "k8s.io.api.authentication.v1": {"TokenRequestSpec": "expirationSeconds"},
 }
