@@ -97,9 +97,11 @@ def _to_json(msg: Message, mt: MessageType) -> Any:
 
 def _field_json(value: Any, f: Field) -> Any:
     if f.is_map:
-        return {k: _value_json(v, f) for k, v in sorted(value.items())} if value else _OMIT
+        entries = {k: _value_json(v, f) for k, v in sorted(value.items())}
+        return {k: v for k, v in entries.items() if v is not _OMIT} or _OMIT
     if f.repeated:
-        return [_value_json(v, f) for v in value] if value else _OMIT
+        items = [v for v in (_value_json(item, f) for item in value) if v is not _OMIT]
+        return items or _OMIT
     if f.kind != "message" and not f.keep_zero and not value:
         return _OMIT
     return _value_json(value, f)
