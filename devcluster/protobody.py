@@ -80,9 +80,12 @@ def _parse(name: str, data: bytes, *, what: str) -> Message:
 def _to_json(msg: Message, mt: MessageType) -> Any:
     if mt.special:
         return _special(msg, mt.special)
+    present = {fd.number: value for fd, value in msg.ListFields()}  # set fields only, any order
     out: dict[str, Any] = {}
-    for f in mt.fields:
-        value = _field_json(msg, f)
+    for f in mt.fields:  # declaration order: the order Go's JSON encoder writes
+        if f.number not in present:
+            continue
+        value = _field_json(present[f.number], f)
         if value is _OMIT:
             continue
         if f.inline and isinstance(value, dict):
@@ -92,17 +95,13 @@ def _to_json(msg: Message, mt: MessageType) -> Any:
     return out
 
 
-def _field_json(msg: Message, f: Field) -> Any:
-    name = msg.DESCRIPTOR.fields_by_number[f.number].name
+def _field_json(value: Any, f: Field) -> Any:
     if f.is_map:
-        entries = getattr(msg, name)
-        return {k: _value_json(v, f) for k, v in sorted(entries.items())} if entries else _OMIT
+        entries = {k: _value_json(v, f) for k, v in sorted(value.items())}
+        return {k: v for k, v in entries.items() if v is not _OMIT} or _OMIT
     if f.repeated:
-        items = getattr(msg, name)
-        return [_value_json(v, f) for v in items] if items else _OMIT
-    if not msg.HasField(name):
-        return _OMIT
-    value = getattr(msg, name)
+        items = [v for v in (_value_json(item, f) for item in value) if v is not _OMIT]
+        return items or _OMIT
     if f.kind != "message" and not f.keep_zero and not value:
         return _OMIT
     return _value_json(value, f)

@@ -24,7 +24,7 @@ from devcluster.protobody import ProtobufBodyError, decode_body, go_duration
 GOLDEN = yaml.safe_load((Path(__file__).parent / "kubectl_protobuf_bodies.yaml").read_text())
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=c["command"].split()[2]) for c in GOLDEN])
+@pytest.mark.parametrize("case", [pytest.param(c, id=" ".join(c["command"].split()[1:3])) for c in GOLDEN])
 def test_bodies_real_kubectl_sent(case):
     assert decode_body(bytes.fromhex(case["body_hex"])) == case["json"]
 
@@ -322,3 +322,11 @@ def test_a_zero_scalar_without_keep_zero_is_omitted_like_go_omitempty():
     obj = {"kind": "Service", "apiVersion": "v1", "metadata": {"name": "s"},
            "spec": {"ports": [{"port": 80, "nodePort": 0}], "publishNotReadyAddresses": False}}
     assert round_trip(obj)["spec"] == {"ports": [{"port": 80}]}
+
+
+def test_map_and_list_entries_without_a_json_value_are_dropped_not_leaked():
+    limits = ld(1, ld(1, "cpu") + ld(2, ld(1, "1"))) + ld(1, ld(1, "memory") + ld(2, b""))
+    pod = ld(1, ld(1, "p")) + ld(2, ld(2, ld(1, "c") + ld(8, limits)))
+    obj = decode_body(envelope("v1", "Pod", pod))
+    assert obj["spec"]["containers"][0]["resources"] == {"limits": {"cpu": "1"}}
+    orjson.dumps(obj)
