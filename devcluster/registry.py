@@ -102,6 +102,13 @@ def builtin_types() -> list[ResourceType]:
         _rt("batch", "v1", "cronjobs", "CronJob", short_names=("cj",), categories=("all",),
             status=True, generation=True),
         _rt("coordination.k8s.io", "v1", "leases", "Lease"),
+        # stored and validated only: no quota accounting, disruption checks or ingress routing
+        _rt("", "v1", "resourcequotas", "ResourceQuota", short_names=("quota",), status=True),
+        _rt("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", short_names=("pdb",),
+            status=True, generation=True),
+        _rt("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, short_names=("pc",)),
+        _rt("networking.k8s.io", "v1", "ingresses", "Ingress", short_names=("ing",), status=True,
+            generation=True),
         _rt("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False,
             short_names=("crd", "crds"), categories=("api-extensions",), status=True, generation=True),
         *_rbac_types(),
