@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from devcluster.configdata import fold_string_data
+
 
 def _d(obj: dict[str, Any], key: str) -> dict[str, Any]:
     """`obj[key]` as a dict, created when absent or not a dict."""
@@ -108,6 +110,7 @@ def default_namespace(obj: dict[str, Any]) -> None:
 
 
 def default_secret(obj: dict[str, Any]) -> None:
+    fold_string_data(obj)
     obj.setdefault("type", "Opaque")
 
 
