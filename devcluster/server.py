@@ -41,6 +41,7 @@ from devcluster.httputil import (
     wants_aggregated,
     wants_table,
 )
+from devcluster.managedfields import manager_name
 from devcluster.registry import ResourceType
 from devcluster.store import Store
 from devcluster.tokenreview import TokenAuthority
@@ -297,7 +298,8 @@ class _Api:
         if verb == "list":
             return self._list(t, q, accept)
         if verb == "create":
-            obj = self.store.create(t.rt, t.namespace, await _json_body(request), dry_run=_dry_run(q))
+            obj = self.store.create(t.rt, t.namespace, await _json_body(request), dry_run=_dry_run(q),
+                                    field_manager=_manager(request))
             return json_response(self.store.encode(obj, t.rt), status=201)
         if verb == "deletecollection":
             opts = await _delete_options(request)
@@ -340,7 +342,8 @@ class _Api:
             return self._get(t, q, accept)
         if verb == "update":
             existed = _exists(self.store, t)
-            obj = self.store.update(rt, t.namespace, name, await _json_body(request), sub, dry_run=_dry_run(q))
+            obj = self.store.update(rt, t.namespace, name, await _json_body(request), sub, dry_run=_dry_run(q),
+                                    field_manager=_manager(request))
             return json_response(self._encode(rt, obj), status=200 if existed or sub else 201)
         if verb == "patch":
             return await self._patch(request, t)
@@ -378,8 +381,9 @@ class _Api:
         body = await _patch_body(request, patch_type)
         q = request.query
         force = parse_bool("force", q.get("force")) or False
+        manager = q.get("fieldManager") if patch_type == "apply" else _manager(request)
         obj, created = self.store.patch(t.rt, t.namespace, t.name, patch_type, body, t.subresource,
-                                        q.get("fieldManager"), force, dry_run=_dry_run(q))
+                                        manager, force, dry_run=_dry_run(q))
         return json_response(self._encode(t.rt, obj), status=201 if created else 200)
 
     async def _log(self, t: Target, q: Any) -> web.Response:
@@ -518,6 +522,11 @@ def _exists(store: Store, t: Target) -> bool:
         return True
     except ApiError:
         return False
+
+
+def _manager(request: web.Request) -> str:
+    """Who makes this write, for managedFields: `fieldManager`, else the User-Agent's product."""
+    return manager_name(request.query.get("fieldManager"), request.headers.get("User-Agent"))
 
 
 def _dry_run(q: Any) -> bool:
