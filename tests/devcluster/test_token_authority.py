@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from devcluster import reviewproto
+from devcluster import protobody
 from devcluster.authz import UserInfo
 from devcluster.errors import ApiError
 from devcluster.store import Store
@@ -93,22 +93,23 @@ def _field(number: int, value: bytes | str | int) -> bytes:
 
 def _envelope(api_version: str, kind: str, raw: bytes) -> bytes:
     type_meta = _field(1, api_version) + _field(2, kind)
-    return reviewproto.MAGIC + _field(1, type_meta) + _field(2, raw) + _field(4, "application/vnd.kubernetes.protobuf")
+    return protobody.MAGIC + _field(1, type_meta) + _field(2, raw) + _field(4, "application/vnd.kubernetes.protobuf")
 
 
 def test_self_subject_access_review_from_protobuf() -> None:
     attrs = _field(1, "apps") + _field(2, "list") + _field(5, "pods") + _field(6, "log") + _field(7, "web")
     raw = _field(1, b"") + _field(2, _field(1, attrs)) + _field(3, b"")
-    got = reviewproto.decode(_envelope("authorization.k8s.io/v1", "SelfSubjectAccessReview", raw))
+    got = protobody.decode_body(_envelope("authorization.k8s.io/v1", "SelfSubjectAccessReview", raw))
     assert got == {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "metadata": {},
                    "spec": {"resourceAttributes": {"namespace": "apps", "verb": "list", "resource": "pods",
-                                                   "subresource": "log", "name": "web"}}}
+                                                   "subresource": "log", "name": "web"}},
+                   "status": {}}  # present on the wire, so present (empty) in JSON
 
 
 def test_token_request_from_protobuf() -> None:
     spec = (_field(1, "a") + _field(1, "b") + _field(4, 1200)
             + _field(3, _field(1, "Pod") + _field(2, "v1") + _field(3, "p")))
-    got = reviewproto.decode(_envelope("authentication.k8s.io/v1", "TokenRequest", _field(2, spec)))
+    got = protobody.decode_body(_envelope("authentication.k8s.io/v1", "TokenRequest", _field(2, spec)))
     assert got["spec"] == {"audiences": ["a", "b"], "expirationSeconds": 1200,
                            "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "p"}}
 
@@ -116,17 +117,16 @@ def test_token_request_from_protobuf() -> None:
 def test_subject_access_review_extra_from_protobuf() -> None:
     entry = _field(1, "scopes") + _field(2, _field(1, "x") + _field(1, "y"))
     spec = _field(2, _field(1, "/healthz") + _field(2, "get")) + _field(3, "alice") + _field(4, "devs") + _field(5, entry)
-    got = reviewproto.decode(_envelope("authorization.k8s.io/v1", "SubjectAccessReview", _field(2, spec)))
+    got = protobody.decode_body(_envelope("authorization.k8s.io/v1", "SubjectAccessReview", _field(2, spec)))
     assert got["spec"] == {"nonResourceAttributes": {"path": "/healthz", "verb": "get"}, "user": "alice",
                            "groups": ["devs"], "extra": {"scopes": ["x", "y"]}}
 
 
 @pytest.mark.parametrize("body", [
     pytest.param(b"{}", id="no-magic"),
-    pytest.param(_envelope("v1", "Pod", b""), id="kind-not-served-here"),
-    pytest.param(reviewproto.MAGIC + b"\x0a\x7f", id="truncated"),
+    pytest.param(_envelope("v1", "NoSuchKind", b""), id="unknown-kind"),
+    pytest.param(protobody.MAGIC + b"\x0a\x7f", id="truncated"),
 ])
-def test_bad_protobuf_bodies_are_400(body: bytes) -> None:
-    with pytest.raises(ApiError) as info:
-        reviewproto.decode(body)
-    assert info.value.code == 400
+def test_bad_protobuf_bodies_are_refused(body: bytes) -> None:
+    with pytest.raises(protobody.ProtobufBodyError):
+        protobody.decode_body(body)
