@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from devcluster import servingcert
+from devcluster import bootstrap_policy, servingcert
 from devcluster.controllers.base import Controller
 from devcluster.controllers.deployment import DeploymentController
 from devcluster.controllers.gc import GarbageCollector
@@ -31,6 +31,7 @@ from devcluster.controllers.kubelet import Kubelet
 from devcluster.controllers.nodes import DEFAULT_NODES, NodeController
 from devcluster.controllers.replicaset import ReplicaSetController
 from devcluster.controllers.scheduler import Scheduler
+from devcluster.controllers.tokens import TokenController
 from devcluster.faults import Faults
 from devcluster.projection import ApiEndpoint, Projector, StoreSources
 from devcluster.runtime import ImageEntry, ProcessRuntime, load_image_map, parse_image_map
@@ -55,11 +56,12 @@ class DevCluster:
     ):
         self.store = store or Store()
         self.supervisor = supervisor or Supervisor()
-        self.tokens = TokenAuthority(self.store)  # pod-bound ServiceAccount tokens, for TokenReview
+        self.tokens = TokenAuthority(self.store)  # every ServiceAccount token: issued, reviewed, authenticated
         self.faults = faults if faults is not None else Faults()  # tests switch faults on at run time
         self.state_file = Path(state_file) if state_file else None
         if self.state_file is not None and self.state_file.exists():
             self.store.load(self.state_file.read_bytes())
+        bootstrap_policy.ensure(self.store)  # the default RBAC a real cluster starts with
         self.runtime: ProcessRuntime | None = None
         # pods' volumes, nodes' root filesystems and the serving certificate (process runtime)
         self._own_root = process_runtime and pod_root is None
@@ -83,6 +85,7 @@ class DevCluster:
             Scheduler(self.store, resync=resync),
             Kubelet(self.store, start_delay=start_delay, termination_delay=termination_delay,
                     runtime=self.runtime, resync=resync),
+            TokenController(self.store, self.tokens, resync=resync),
         ):
             self.controllers[ctl.name] = ctl
         self._runner: web.AppRunner | None = None

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from devcluster import rbac
+
 
 def _d(obj: dict[str, Any], key: str) -> dict[str, Any]:
     """`obj[key]` as a dict, created when absent or not a dict."""
@@ -135,6 +137,7 @@ DEFAULTERS: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {
     ("apps", "replicasets"): default_replicaset,
     ("autoscaling", "horizontalpodautoscalers"): default_hpa,
     ("coordination.k8s.io", "leases"): default_lease,
+    **rbac.DEFAULTERS,
 }
 
 

@@ -85,7 +85,8 @@ def builtin_types() -> list[ResourceType]:
         _rt("", "v1", "secrets", "Secret"),
         _rt("", "v1", "configmaps", "ConfigMap", short_names=("cm",)),
         _rt("", "v1", "events", "Event", short_names=("ev",)),
-        _rt("", "v1", "serviceaccounts", "ServiceAccount", short_names=("sa",)),
+        _rt("", "v1", "serviceaccounts", "ServiceAccount", short_names=("sa",),
+            extra_subresources=(("token", ("create",)),)),
         _rt("apps", "v1", "deployments", "Deployment", short_names=("deploy",), categories=("all",),
             status=True, scale=True, generation=True),
         _rt("apps", "v1", "replicasets", "ReplicaSet", short_names=("rs",), categories=("all",),
@@ -95,7 +96,14 @@ def builtin_types() -> list[ResourceType]:
         _rt("coordination.k8s.io", "v1", "leases", "Lease"),
         _rt("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False,
             short_names=("crd", "crds"), categories=("api-extensions",), status=True, generation=True),
+        *_rbac_types(),
     ]
+
+
+def _rbac_types() -> list[ResourceType]:
+    from devcluster import rbac  # rbac builds ResourceTypes: imported once this module is loaded
+
+    return rbac.resource_types()
 
 
 _VERSION_RE = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")

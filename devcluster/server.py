@@ -19,7 +19,8 @@ import orjson
 import yaml
 from aiohttp import web
 
-from devcluster import discovery, tables, tokenreview
+from devcluster import access, discovery, tables, tokenreview
+from devcluster.access import Access
 from devcluster.errors import (
     ApiError,
     bad_request,
@@ -78,11 +79,12 @@ class Target:
 
 def make_app(store: Store, *, faults: Faults | None = None, log_source: LogSource | None = None,
              health: Health | None = None,
-             tokens: TokenAuthority | None = None) -> web.Application:
+             tokens: TokenAuthority | None = None, access: Access | None = None) -> web.Application:
     """The API server application for `store`; `faults` defaults to a disabled Faults().
     `health` adds checks to `/healthz` and `/readyz` (the dev cluster's supervised tasks)."""
     app = web.Application(client_max_size=MAX_BODY)
-    api = _Api(store, faults or Faults(), log_source, health, tokens or TokenAuthority(store))
+    tokens = tokens or TokenAuthority(store)
+    api = _Api(store, faults or Faults(), log_source, health, tokens, access or Access(store, tokens))
     app[STORE_KEY] = store
     app[FAULTS_KEY] = api.faults
     app.router.add_route("*", "/{tail:.*}", api.handle)
@@ -92,9 +94,10 @@ def make_app(store: Store, *, faults: Faults | None = None, log_source: LogSourc
 
 class _Api:
     def __init__(self, store: Store, faults: Faults, log_source: LogSource | None,
-                 health: Health | None, tokens: TokenAuthority) -> None:
+                 health: Health | None, tokens: TokenAuthority, access: Access) -> None:
         self.store = store
         self.tokens = tokens
+        self.access = access
         self.faults = faults
         self.log_source = log_source
         self.health = health
@@ -119,6 +122,7 @@ class _Api:
             return error_response(internal(f"{type(err).__name__}: {err}"))
 
     async def _route(self, request: web.Request) -> web.StreamResponse:
+        request[access.USER_KEY] = self.access.admit(request)  # 401 / 403 before anything is served
         path = request.path.rstrip("/") or "/"
         if path == "/version":
             return json_response(discovery.VERSION_INFO)
@@ -128,6 +132,11 @@ class _Api:
             return await self._admin(request, path)
         if path == tokenreview.PATH:  # create-only and never stored: not a registry resource
             return await self._token_review(request)
+        if path in access.REVIEW_PATHS:
+            if request.method != "POST":
+                raise method_not_allowed()
+            body = await _json_body(request)
+            return json_response(self.access.review(path, request[access.USER_KEY], body), status=201)
         if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
             return self._openapi(path)
         segs = path.strip("/").split("/")
@@ -336,6 +345,9 @@ class _Api:
             return await self._log(t, q)
         if sub == "binding":
             return await self._bind(request, t)
+        if sub == "token":
+            answer = self.tokens.request_token(t.namespace or "", name, await _json_body(request))
+            return json_response(answer, status=201)
         if verb == "get":
             return self._get(t, q, accept)
         if verb == "update":

@@ -15,6 +15,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
+from devcluster import rbac
 from devcluster.errors import ApiError
 from devcluster.selectors import selector_to_string
 
@@ -481,6 +482,16 @@ _SECRET_COLUMNS = [_NAME, _col("Type", "string", "The type of the secret"),
 _LEASE_COLUMNS = [_NAME, _col("Holder", "string", "The holder of the lease"), _AGE]
 _CRD_COLUMNS = [_NAME, _col("Created At", "date", _AGE_DESC)]
 _DEFAULT_COLUMNS = [_NAME, _AGE]
+_ROLE_COLUMNS = [_NAME, _col("Created At", "date", _AGE_DESC)]
+_BINDING_COLUMNS = [_NAME, _col("Role", "string", "RoleRef of the binding"), _AGE,
+                    _col("Users", "string", "User subjects", priority=1),
+                    _col("Groups", "string", "Group subjects", priority=1),
+                    _col("ServiceAccounts", "string", "ServiceAccount subjects", priority=1)]
+
+
+def _binding_row(obj: dict, now: float) -> Cells:
+    role, users, groups, sas = rbac.binding_cells(obj)
+    return [_name(obj), role, _age(obj, now), users, groups, sas]
 
 
 def _data_count(obj: dict) -> int:
@@ -502,6 +513,9 @@ _PRINTERS: dict[tuple[str, str], tuple[list[dict], RowFn]] = {
         _LEASE_COLUMNS, lambda o, now: [_name(o), _d(o.get("spec")).get("holderIdentity", ""), _age(o, now)]),
     ("apiextensions.k8s.io", "customresourcedefinitions"): (
         _CRD_COLUMNS, lambda o, now: [_name(o), _meta(o).get("creationTimestamp", "")]),
+    **{(rbac.GROUP, plural): (_ROLE_COLUMNS, lambda o, now: [_name(o), _meta(o).get("creationTimestamp", "")])
+       for plural in ("roles", "clusterroles")},
+    **{(rbac.GROUP, plural): (_BINDING_COLUMNS, _binding_row) for plural in ("rolebindings", "clusterrolebindings")},
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from devcluster import rbac
 from devcluster.errors import FieldError
 from devcluster.schema import structural_field_errors
 
@@ -233,6 +234,7 @@ _PROTOCOLS = ("SCTP", "TCP", "UDP")
 _NAME_CHECKS = {
     ("", "namespaces"): dns1123_label_errors,
     ("", "services"): dns1035_label_errors,
+    **rbac.NAME_CHECKS,
 }
 
 
@@ -561,11 +563,13 @@ _VALIDATORS = {
     ("apps", "replicasets"): _validate_replicaset,
     ("", "services"): _validate_service,
     ("coordination.k8s.io", "leases"): _validate_lease,
+    **rbac.VALIDATORS,
 }
 _UPDATE_VALIDATORS = {
     ("", "pods"): _validate_pod_update,
     ("apps", "deployments"): _validate_selector_update,
     ("apps", "replicasets"): _validate_selector_update,
+    **rbac.UPDATE_VALIDATORS,
 }
 
 

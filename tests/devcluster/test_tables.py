@@ -18,7 +18,7 @@ NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace", False)
 EVENTS = ResourceType("", "v1", "events", "Event", True)
 CRDS = ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False)
 CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True)
-ROLES = ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role", True)
+WIDGETS = ResourceType("example.com", "v1", "widgets", "Widget", True)  # a kind without a printer
 
 T0 = "2024-01-01T00:00:00Z"
 NOW = datetime(2024, 1, 1, 1, 0, 0, tzinfo=UTC).timestamp()  # one hour after T0
@@ -74,7 +74,7 @@ def _names(rt):
                             ("Selector", "string", 1)], id="services"),
     pytest.param(NAMESPACES, [("Name", "string", 0), ("Status", "string", 0), ("Age", "string", 0)], id="namespaces"),
     pytest.param(CRDS, [("Name", "string", 0), ("Created At", "date", 0)], id="crds"),
-    pytest.param(ROLES, [("Name", "string", 0), ("Age", "string", 0)], id="default"),
+    pytest.param(WIDGETS, [("Name", "string", 0), ("Age", "string", 0)], id="default"),
 ])
 def test_column_definitions(rt, columns):
     assert _names(rt) == columns
@@ -210,7 +210,7 @@ DEPLOY = {"metadata": meta("web"),
     pytest.param(CRDS, {"metadata": meta("models.sedna.io")}, ["models.sedna.io", T0], id="crd"),
     pytest.param(CONFIGMAPS, {"metadata": meta("cm"), "data": {"a": "1", "b": "2"}, "binaryData": {"c": ""}},
                  ["cm", 3, "60m"], id="configmap"),
-    pytest.param(ROLES, {"metadata": {"name": "r"}}, ["r", "<unknown>"], id="default-no-timestamp"),
+    pytest.param(WIDGETS, {"metadata": {"name": "r"}}, ["r", "<unknown>"], id="default-no-timestamp"),
 ])
 def test_rows(rt, obj, cells):
     assert _cells(rt, obj) == cells
