@@ -25,6 +25,7 @@ from aiohttp import web
 
 from devcluster import bootstrap_policy, servingcert
 from devcluster.controllers.base import Controller
+from devcluster.controllers.daemonset import DaemonSetController
 from devcluster.controllers.deployment import DeploymentController
 from devcluster.controllers.gc import GarbageCollector
 from devcluster.controllers.kubelet import Kubelet
@@ -82,6 +83,7 @@ class DevCluster:
             GarbageCollector(self.store, resync=resync),
             ReplicaSetController(self.store, resync=resync),
             DeploymentController(self.store, resync=resync),
+            DaemonSetController(self.store, resync=resync),
             Scheduler(self.store, resync=resync),
             Kubelet(self.store, start_delay=start_delay, termination_delay=termination_delay,
                     runtime=self.runtime, resync=resync),

@@ -142,7 +142,7 @@ DEFAULTERS: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {
 
 
 def apply_builtin_defaults(key: tuple[str, str], obj: dict[str, Any]) -> None:
-    fn = DEFAULTERS.get(key)
+    fn = DEFAULTERS.get(key) or _workloads().DEFAULTERS.get(key)
     if fn is not None:
         fn(obj)
 
@@ -174,6 +174,9 @@ def qos_class(spec: dict[str, Any]) -> str:
 
 def initial_status(key: tuple[str, str], obj: dict[str, Any], body_status: Any) -> Any:
     """The status a built-in object starts with (spec §4.3); None means no status key."""
+    workload_status = _workloads().INITIAL_STATUS.get(key)
+    if workload_status is not None:
+        return workload_status()
     if key == ("", "pods"):
         return {"phase": "Pending", "qosClass": qos_class(obj.get("spec") or {})}
     if key in (("apps", "deployments"), ("apps", "replicasets"), ("autoscaling", "horizontalpodautoscalers")):
@@ -185,3 +188,10 @@ def initial_status(key: tuple[str, str], obj: dict[str, Any], body_status: Any) 
     if key == ("apiextensions.k8s.io", "customresourcedefinitions"):
         return None  # computed by the CRD registration
     return body_status  # nodes and kinds without a status subresource keep what was sent
+
+
+def _workloads() -> Any:
+    """DaemonSet/Job/CronJob rules live in `workloads` (which imports this module)."""
+    from devcluster import workloads
+
+    return workloads

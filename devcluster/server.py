@@ -19,7 +19,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from devcluster import access, discovery, tables, tokenreview
+from devcluster import access, discovery, tables, tokenreview, views
 from devcluster.access import Access
 from devcluster.errors import (
     ApiError,
@@ -103,6 +103,18 @@ class _Api:
         self.health = health
         self._cache: dict[str, tuple[int, bytes]] = {}  # discovery/OpenAPI bodies per registry generation
         self._streams: set[Any] = set()  # open watches, ended on shutdown so handlers finish at once
+        self._views: dict[tuple[str, str, str], _Api] = {}  # one per view type (views.py), sharing streams
+
+    def _view_api(self, rt: ResourceType) -> _Api:
+        """The same handlers over `views.ViewStore`: the request's view of another storage."""
+        key = (rt.group, rt.version, rt.resource)
+        api = self._views.get(key)
+        if api is None:
+            api = _Api(views.ViewStore(self.store, rt), self.faults, self.log_source,  # type: ignore[arg-type]
+                       self.health, self.tokens)
+            api._streams = self._streams
+            self._views[key] = api
+        return api
 
     async def close_streams(self, _app: web.Application) -> None:
         for w in list(self._streams):
@@ -286,9 +298,10 @@ class _Api:
         q = request.query
         verb = _verb(request.method, t, q)
         await self._inject(verb, t.rt.resource)
+        api = self._view_api(t.rt) if views.is_view(t.rt) else self
         if t.name is None:
-            return await self._collection(request, verb, t, accept)
-        return await self._object(request, verb, t, accept)
+            return await api._collection(request, verb, t, accept)
+        return await api._object(request, verb, t, accept)
 
     async def _inject(self, verb: str, resource: str) -> None:
         if not self.faults.active:
@@ -309,6 +322,8 @@ class _Api:
             obj = self.store.create(t.rt, t.namespace, await _json_body(request), dry_run=_dry_run(q))
             return json_response(self.store.encode(obj, t.rt), status=201)
         if verb == "deletecollection":
+            if t.rt.key == ("", "namespaces"):
+                raise method_not_allowed()  # the real server serves no collection delete of namespaces
             opts = await _delete_options(request)
             items = self.store.delete_collection(
                 t.rt, t.namespace, label_selector=q.get("labelSelector"), field_selector=q.get("fieldSelector"),
@@ -327,7 +342,8 @@ class _Api:
             meta["continue"] = page.continue_token
             meta["remainingItemCount"] = page.remaining
         if wants_table(accept):
-            table = tables.to_table(t.rt, page.items, resource_version=str(page.rv), now=time.time())
+            table = tables.to_table(t.rt, page.items, resource_version=str(page.rv), now=time.time(),
+                                    include_object=q.get("includeObject"))
             table["metadata"] = {**table.get("metadata", {}), **meta}
             return json_response(table)
         encode = self.store.encode
@@ -375,7 +391,7 @@ class _Api:
         obj = self.store.get(t.rt, t.namespace, t.name)
         if wants_table(accept) and t.subresource is None:
             return json_response(tables.to_table(t.rt, [obj], resource_version=obj["metadata"]["resourceVersion"],
-                                                 now=time.time()))
+                                                 now=time.time(), include_object=q.get("includeObject")))
         return json_response(self.store.encode(obj, t.rt))
 
     def _encode(self, rt: ResourceType, obj: dict[str, Any]) -> bytes:

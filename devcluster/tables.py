@@ -334,6 +334,80 @@ def _replicaset_row(obj: dict, now: float) -> Cells:
             _int(status.get("readyReplicas")), _age(obj, now), *_workload_wide(obj)]
 
 
+_DAEMONSET_COLUMNS = [
+    _NAME,
+    _col("Desired", "integer", "The desired number of daemon pods."),
+    _col("Current", "integer", "The current number of daemon pods."),
+    _col("Ready", "integer", "The number of daemon pods that are ready."),
+    _col("Up-to-date", "integer", "The number of daemon pods that run the current template."),
+    _col("Available", "integer", "The number of daemon pods available for at least minReadySeconds."),
+    _col("Node Selector", "string", "The node selector of the daemon pods."),
+    _AGE,
+    *_WORKLOAD_WIDE,
+]
+
+
+def _daemonset_row(obj: dict, now: float) -> Cells:
+    status = _d(obj.get("status"))
+    selector = _d(_d(_d(_d(obj.get("spec")).get("template")).get("spec")).get("nodeSelector"))
+    shown = ",".join(f"{k}={v}" for k, v in sorted(selector.items())) or "<none>"
+    counts = [_int(status.get(f)) for f in ("desiredNumberScheduled", "currentNumberScheduled", "numberReady",
+                                            "updatedNumberScheduled", "numberAvailable")]
+    return [_name(obj), *counts, shown, _age(obj, now), *_workload_wide(obj)]
+
+
+_JOB_COLUMNS = [
+    _NAME,
+    _col("Status", "string", "Status of the job."),
+    _col("Completions", "string", "The completion status of the job."),
+    _col("Duration", "string", "Time required to complete the job."),
+    _AGE,
+    *_WORKLOAD_WIDE,
+]
+
+
+def _job_status(status: dict) -> str:
+    for ctype in ("Failed", "Complete", "Suspended", "FailureTarget", "SuccessCriteriaMet"):
+        if any(_d(c).get("type") == ctype and _d(c).get("status") == "True" for c in _l(status.get("conditions"))):
+            return ctype
+    return "Running"
+
+
+def _job_row(obj: dict, now: float) -> Cells:
+    spec, status = _d(obj.get("spec")), _d(obj.get("status"))
+    completions = spec.get("completions")
+    succeeded = _int(status.get("succeeded"))
+    shown = f"{succeeded}/{completions}" if isinstance(completions, int) else f"{succeeded}/1 of {_int(spec.get('parallelism'), 1)}"
+    start, end = _epoch(status.get("startTime") or ""), _epoch(status.get("completionTime") or "")
+    duration = "" if start is None else human_age((end if end is not None else now) - start)
+    return [_name(obj), _job_status(status), shown, duration, _age(obj, now), *_workload_wide(obj)]
+
+
+_CRONJOB_COLUMNS = [
+    _NAME,
+    _col("Schedule", "string", "The schedule in Cron format."),
+    _col("Timezone", "string", "The time zone name for the given schedule."),
+    _col("Suspend", "boolean", "Whether subsequent executions are suspended."),
+    _col("Active", "integer", "The number of currently running jobs."),
+    _col("Last Schedule", "string", "The last time the job was successfully scheduled."),
+    _AGE,
+    _col("Containers", "string", "Names of each container in the template.", priority=1),
+    _col("Images", "string", "Images referenced by each container in the template.", priority=1),
+    _col("Selector", "string", "The label selector of the job template.", priority=1),
+]
+
+
+def _cronjob_row(obj: dict, now: float) -> Cells:
+    spec, status = _d(obj.get("spec")), _d(obj.get("status"))
+    job_spec = _d(_d(spec.get("jobTemplate")).get("spec"))
+    containers = [_d(c) for c in _l(_d(_d(job_spec.get("template")).get("spec")).get("containers"))]
+    last = status.get("lastScheduleTime")
+    return [_name(obj), spec.get("schedule", ""), spec.get("timeZone") or "<none>", bool(spec.get("suspend")),
+            len(_l(status.get("active"))), _since(last, now) if last else "<none>", _age(obj, now),
+            ",".join(c.get("name", "") for c in containers), ",".join(c.get("image", "") for c in containers),
+            "<none>"]
+
+
 # --------------------------------------------------------------------------- services, nodes, namespaces
 
 _SERVICE_COLUMNS = [
@@ -474,6 +548,12 @@ def _event_row(obj: dict, now: float) -> Cells:
             first, count, _name(obj)]
 
 
+def _core_event(obj: dict) -> dict:
+    from devcluster.views import event_v1_to_core  # views imports the store side; keep tables pure
+
+    return event_v1_to_core(obj)
+
+
 # --------------------------------------------------------------------------- config, leases, CRDs
 
 _CONFIGMAP_COLUMNS = [_NAME, _col("Data", "string", "Number of data entries"), _AGE]
@@ -506,6 +586,10 @@ _PRINTERS: dict[tuple[str, str], tuple[list[dict], RowFn]] = {
     ("", "nodes"): (_NODE_COLUMNS, _node_row),
     ("", "namespaces"): (_NAMESPACE_COLUMNS, _namespace_row),
     ("", "events"): (_EVENT_COLUMNS, _event_row),
+    ("events.k8s.io", "events"): (_EVENT_COLUMNS, lambda o, now: _event_row(_core_event(o), now)),
+    ("apps", "daemonsets"): (_DAEMONSET_COLUMNS, _daemonset_row),
+    ("batch", "jobs"): (_JOB_COLUMNS, _job_row),
+    ("batch", "cronjobs"): (_CRONJOB_COLUMNS, _cronjob_row),
     ("", "configmaps"): (_CONFIGMAP_COLUMNS, lambda o, now: [_name(o), _data_count(o), _age(o, now)]),
     ("", "secrets"): (_SECRET_COLUMNS,
                       lambda o, now: [_name(o), o.get("type", ""), _data_count(o), _age(o, now)]),
@@ -640,7 +724,7 @@ def _cell(value: Any, kind: str, now: float) -> Any:
 def _printer(rt: Any) -> tuple[list[dict], RowFn]:
     if rt.crd:
         return _cr_columns(rt), _cr_row_fn(rt)
-    # events.k8s.io objects have another shape than core events: they print as NAME AGE.
+    # events.k8s.io Events print with the core Event columns: both are views of one storage.
     found = _PRINTERS.get((rt.group, rt.resource))
     return found or (_DEFAULT_COLUMNS, lambda o, now: [_name(o), _age(o, now)])
 
@@ -650,15 +734,26 @@ def column_definitions(rt: Any) -> list[dict]:
     return _printer(rt)[0]
 
 
-def to_table(rt: Any, objs: list[dict], *, resource_version: str, now: float) -> dict:
-    """A `meta.k8s.io/v1` Table of `objs`, each row with all cells and the object's metadata."""
+def row_object(obj: dict, include_object: str | None) -> dict | None:
+    """What a row carries per `includeObject`: Metadata (default), the whole Object, or None."""
+    if include_object == "None":
+        return None
+    if include_object == "Object":
+        return obj
+    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": _meta(obj)}
+
+
+def to_table(rt: Any, objs: list[dict], *, resource_version: str, now: float,
+             include_object: str | None = None) -> dict:
+    """A `meta.k8s.io/v1` Table of `objs`, each row with all cells and, per `include_object`, the
+    object's metadata (default), the whole object (`kubectl get --sort-by` needs it) or nothing."""
     columns, row_fn = _printer(rt)
     rows = []
     for obj in objs:
-        row: dict[str, Any] = {
-            "cells": row_fn(obj, now),
-            "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": _meta(obj)},
-        }
+        row: dict[str, Any] = {"cells": row_fn(obj, now)}
+        shown = row_object(obj, include_object)
+        if shown is not None:
+            row["object"] = shown
         if rt.group == "" and rt.resource == "pods":
             conditions = _pod_conditions(obj)
             if conditions:

@@ -579,10 +579,12 @@ def validate_object(rt: Any, obj: Any, old: dict | None = None) -> list[FieldErr
         return [_invalid("<root>", _go_type(obj), "must be an object")]
     key = (rt.group, rt.resource)
     errors = validate_metadata(rt, obj)
-    check = _VALIDATORS.get(key)
+    from devcluster import workloads  # it builds on this module's helpers
+
+    check = _VALIDATORS.get(key) or workloads.VALIDATORS.get(key)
     if check is not None and not rt.crd:
         errors += check(obj)
-    update_check = _UPDATE_VALIDATORS.get(key)
+    update_check = _UPDATE_VALIDATORS.get(key) or workloads.UPDATE_VALIDATORS.get(key)
     if old is not None and update_check is not None and not rt.crd:
         errors += update_check(obj, old)
     return errors

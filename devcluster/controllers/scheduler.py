@@ -1,8 +1,8 @@
 """Scheduler stand-in (spec §7.5): bind each unscheduled pod to a fitting Ready node.
 
-A pod fits a node when the node is Ready, not cordoned, and carries every
-`nodeSelector` label; among fitting nodes the one with the fewest pods wins (name breaks
-ties). When nothing fits the pod gets `PodScheduled=False/Unschedulable` and a
+A pod fits a node when it passes the filters of `placement` (cordon, taints and
+tolerations, nodeSelector and required node affinity); among fitting nodes the one with
+the fewest pods wins (name breaks ties). When nothing fits the pod gets `PodScheduled=False/Unschedulable` and a
 `FailedScheduling` event, and is retried whenever a node changes.
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Hashable, Iterable
 from typing import Any
 
 from devcluster.controllers.base import Controller
-from devcluster.controllers.meta import find_condition, is_deleting, labels_of, set_condition
-from devcluster.controllers.nodes import node_is_ready
+from devcluster.controllers.meta import find_condition, is_deleting, set_condition
+from devcluster.controllers.placement import misfit, unschedulable_message
 from devcluster.errors import ApiError
 
 COMPONENT = "default-scheduler"
@@ -32,29 +32,18 @@ def needs_scheduling(pod: dict[str, Any]) -> bool:
 
 def pick_node(pod: dict[str, Any], nodes: list[dict[str, Any]], load: Counter) -> tuple[str | None, str]:
     """(node name, "") for a fit, or (None, the FailedScheduling message)."""
-    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
-    not_ready = unschedulable = mismatch = 0
+    spec = pod.get("spec") or {}
+    reasons: Counter = Counter()
     fits = []
     for node in nodes:
-        if not node_is_ready(node):
-            not_ready += 1
-        elif (node.get("spec") or {}).get("unschedulable"):
-            unschedulable += 1
-        elif not selector.items() <= labels_of(node).items():
-            mismatch += 1
-        else:
+        why = misfit(spec, node)
+        if why is None:
             fits.append(node["metadata"]["name"])
+        else:
+            reasons[why] += 1
     if fits:
         return min(fits, key=lambda n: (load[n], n)), ""
-    reasons = []
-    if mismatch:
-        reasons.append(f"{mismatch} node(s) didn't match Pod's node affinity/selector")
-    if not_ready:
-        reasons.append(f"{not_ready} node(s) had untolerated taint {{node.kubernetes.io/not-ready: }}")
-    if unschedulable:
-        reasons.append(f"{unschedulable} node(s) were unschedulable")
-    detail = ", ".join(reasons) + "." if reasons else "no nodes available to schedule pods."
-    return None, f"0/{len(nodes)} nodes are available: {detail}"
+    return None, unschedulable_message(len(nodes), reasons)
 
 
 class Scheduler(Controller):

@@ -91,7 +91,8 @@ async def test_unschedulable_pod_is_retried_when_a_node_appears(live):
     cond = next(c for c in store.get(pod_rt, "default", "picky")["status"]["conditions"]
                 if c["type"] == "PodScheduled")
     assert cond["reason"] == "Unschedulable"
-    assert cond["message"] == "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+    assert cond["message"] == ("0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. "
+                               "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.")
     events, _ = store.list(rt(store, "events"), "default")
     assert any(e["reason"] == "FailedScheduling" and e["type"] == "Warning" for e in events)
     from devcluster.controllers.nodes import build_node

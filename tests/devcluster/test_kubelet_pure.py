@@ -32,7 +32,8 @@ def test_pick_node_honours_node_selector_and_readiness():
     node, msg = pick_node(pod, [edge, cloud], Counter())
     assert node is None
     assert msg == ("0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, "
-                   "1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }.")
+                   "1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }. "
+                   "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
 
 
 def test_build_node_has_required_fields_and_edge_role():

@@ -1,0 +1,250 @@
+"""Defaulting and validation of DaemonSets, Jobs and CronJobs (what the real server's strategies do).
+
+Kept apart from `defaults.py` / `validation.py`, which register these functions in their
+dispatch tables. Pure functions over plain dicts; defaulters edit the body in place and
+are idempotent, so an update that resends a defaulted object changes nothing.
+
+The one stateful-looking step is a Job's generated selector: on create (the uid is known
+by then) a Job without `manualSelector: true` gets `batch.kubernetes.io/controller-uid`
+as its selector and the four labels (`batch.kubernetes.io/controller-uid`,
+`batch.kubernetes.io/job-name`, `controller-uid`, `job-name`) on its pod template; a Job
+without labels of its own then carries the template's labels, as a real server shows it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from devcluster.defaults import default_template
+from devcluster.errors import FieldError
+from devcluster.validation import (
+    _invalid,
+    _map,
+    _non_negative,
+    _required,
+    _selector_is_empty,
+    _template_matches,
+    _unsupported,
+    go_label_selector,
+    validate_label_selector,
+    validate_labels,
+    validate_pod_spec,
+)
+
+JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+LEGACY_UID_LABEL = "controller-uid"
+LEGACY_NAME_LABEL = "job-name"
+JOB_RESTART_POLICIES = ("OnFailure", "Never")
+DS_STRATEGIES = ("OnDelete", "RollingUpdate")
+CONCURRENCY_POLICIES = ("Allow", "Forbid", "Replace")
+
+
+def _d(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    value = obj.get(key)
+    if not isinstance(value, dict):
+        value = obj[key] = {}
+    return value
+
+
+# --------------------------------------------------------------------------- defaulting
+
+def default_daemonset(obj: dict[str, Any]) -> None:
+    spec = _d(obj, "spec")
+    strategy = _d(spec, "updateStrategy")
+    strategy.setdefault("type", "RollingUpdate")
+    if strategy["type"] == "RollingUpdate":
+        ru = _d(strategy, "rollingUpdate")
+        ru.setdefault("maxUnavailable", 1)
+        ru.setdefault("maxSurge", 0)
+    spec.setdefault("revisionHistoryLimit", 10)
+    default_template(spec)
+
+
+def default_job_spec(spec: dict[str, Any]) -> None:
+    """batch/v1 JobSpec defaults: one pod, six retries, NonIndexed."""
+    if spec.get("completions") is None and spec.get("parallelism") is None:
+        spec["completions"] = 1
+    spec.setdefault("parallelism", 1)
+    if spec.get("backoffLimitPerIndex") is None:
+        spec.setdefault("backoffLimit", 6)
+    spec.setdefault("completionMode", "NonIndexed")
+    spec.setdefault("suspend", False)
+    spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
+    default_template(spec)
+
+
+def generate_job_selector(obj: dict[str, Any]) -> None:
+    """The selector and template labels a Job gets unless it asks for a manual selector."""
+    spec, meta = _d(obj, "spec"), _d(obj, "metadata")
+    uid, name = meta.get("uid"), meta.get("name")
+    if spec.get("manualSelector") is True or not uid or spec.get("selector"):
+        return
+    tmeta = _d(_d(spec, "template"), "metadata")
+    labels = _d(tmeta, "labels")
+    labels.update({JOB_UID_LABEL: uid, JOB_NAME_LABEL: name, LEGACY_UID_LABEL: uid, LEGACY_NAME_LABEL: name})
+    spec["selector"] = {"matchLabels": {JOB_UID_LABEL: uid}}
+
+
+def default_job(obj: dict[str, Any]) -> None:
+    default_job_spec(_d(obj, "spec"))
+    generate_job_selector(obj)
+    meta = _d(obj, "metadata")
+    if not meta.get("labels"):
+        tlabels = (obj["spec"].get("template") or {}).get("metadata", {}).get("labels")
+        if tlabels:
+            meta["labels"] = dict(tlabels)
+
+
+def default_cronjob(obj: dict[str, Any]) -> None:
+    spec = _d(obj, "spec")
+    spec.setdefault("concurrencyPolicy", "Allow")
+    spec.setdefault("suspend", False)
+    spec.setdefault("successfulJobsHistoryLimit", 3)
+    spec.setdefault("failedJobsHistoryLimit", 1)
+    tmpl = spec.get("jobTemplate")
+    if isinstance(tmpl, dict):
+        _d(tmpl, "metadata")
+        default_job_spec(_d(tmpl, "spec"))
+
+
+DEFAULTERS: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {
+    ("apps", "daemonsets"): default_daemonset,
+    ("batch", "jobs"): default_job,
+    ("batch", "cronjobs"): default_cronjob,
+}
+
+
+def _daemonset_status() -> dict[str, Any]:
+    return {"currentNumberScheduled": 0, "numberMisscheduled": 0, "desiredNumberScheduled": 0, "numberReady": 0}
+
+
+INITIAL_STATUS: dict[tuple[str, str], Callable[[], dict[str, Any]]] = {
+    ("apps", "daemonsets"): _daemonset_status,
+    ("batch", "jobs"): dict,
+    ("batch", "cronjobs"): dict,
+}
+
+
+# --------------------------------------------------------------------------- validation
+
+def _selector_and_template(spec: dict[str, Any], path: str, *, restart_policies: tuple[str, ...],
+                           kind_word: str) -> list[FieldError]:
+    errors: list[FieldError] = []
+    sel = spec.get("selector")
+    if sel is None:
+        errors.append(_required(f"{path}.selector"))
+    else:
+        sel_errors = validate_label_selector(sel, f"{path}.selector")
+        errors += sel_errors
+        if isinstance(sel, dict) and _selector_is_empty(sel):
+            errors.append(_invalid(f"{path}.selector", go_label_selector(sel),
+                                   f"empty selector is invalid for {kind_word}"))
+        elif not sel_errors:
+            errors += [FieldError(f"{path}{e.field[4:]}", e.type, e.detail, e.value, e.has_value)
+                       for e in _template_matches(sel, spec.get("template"))]
+    errors += _pod_template(spec.get("template"), f"{path}.template", restart_policies=restart_policies)
+    return errors
+
+
+def _pod_template(template: Any, path: str, *, restart_policies: tuple[str, ...]) -> list[FieldError]:
+    if not isinstance(template, dict):
+        return [_required(path)]
+    errors = validate_labels(_map(template.get("metadata")).get("labels"), f"{path}.metadata.labels")
+    return errors + validate_pod_spec(template.get("spec"), f"{path}.spec", restart_policies=restart_policies)
+
+
+def validate_daemonset(obj: dict) -> list[FieldError]:
+    spec = _map(obj.get("spec"))
+    errors = _selector_and_template(spec, "spec", restart_policies=("Always",), kind_word="daemonset")
+    errors += _non_negative(spec.get("minReadySeconds"), "spec.minReadySeconds")
+    errors += _non_negative(spec.get("revisionHistoryLimit"), "spec.revisionHistoryLimit")
+    strategy = _map(spec.get("updateStrategy"))
+    kind = strategy.get("type")
+    if kind is not None and kind not in DS_STRATEGIES:
+        errors.append(_unsupported("spec.updateStrategy.type", kind, DS_STRATEGIES))
+    return errors
+
+
+def _validate_job_spec(spec: dict, path: str, *, need_selector: bool) -> list[FieldError]:
+    errors: list[FieldError] = []
+    for field in ("parallelism", "completions", "backoffLimit"):
+        errors += _non_negative(spec.get(field), f"{path}.{field}")
+    ads = spec.get("activeDeadlineSeconds")
+    if ads is not None and (not isinstance(ads, int) or isinstance(ads, bool) or ads <= 0):
+        errors.append(_invalid(f"{path}.activeDeadlineSeconds", ads, "must be greater than or equal to 1"))
+    if need_selector:
+        return errors + _selector_and_template(spec, path, restart_policies=JOB_RESTART_POLICIES, kind_word="job")
+    return errors + _pod_template(spec.get("template"), f"{path}.template", restart_policies=JOB_RESTART_POLICIES)
+
+
+def validate_job(obj: dict) -> list[FieldError]:
+    return _validate_job_spec(_map(obj.get("spec")), "spec", need_selector=True)
+
+
+def validate_job_update(obj: dict, old: dict) -> list[FieldError]:
+    new_spec, old_spec = _map(obj.get("spec")), _map(old.get("spec"))
+    errors: list[FieldError] = []
+    if new_spec.get("selector") != old_spec.get("selector"):
+        errors.append(_invalid("spec.selector", go_label_selector(new_spec.get("selector")), "field is immutable"))
+    if new_spec.get("template") != old_spec.get("template") and not old_spec.get("suspend"):
+        errors.append(_invalid("spec.template", "core.PodTemplateSpec{...}", "field is immutable"))
+    return errors
+
+
+def validate_daemonset_update(obj: dict, old: dict) -> list[FieldError]:
+    new_sel = _map(obj.get("spec")).get("selector")
+    if new_sel != _map(old.get("spec")).get("selector"):
+        return [_invalid("spec.selector", go_label_selector(new_sel), "field is immutable")]
+    return []
+
+
+_CRON_FIELD = re.compile(r"^(\*|\?|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/[0-9]+)?(,(\*|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/[0-9]+)?)*$")
+_CRON_MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+
+
+def schedule_errors(schedule: str) -> str | None:
+    """Why a cron schedule does not parse (5 fields or a macro, optional TZ= prefix), or None."""
+    text = schedule.strip()
+    if text.startswith(("TZ=", "CRON_TZ=")):
+        return "cannot use TZ or CRON_TZ in schedule, use timeZone field instead"
+    if text in _CRON_MACROS or text.startswith("@every "):
+        return None
+    fields = text.split()
+    if len(fields) != 5:
+        return f"expected exactly 5 fields, found {len(fields)}: {text}"
+    if not all(_CRON_FIELD.match(f) for f in fields):
+        return f"unparseable schedule: {text}"
+    return None
+
+
+def validate_cronjob(obj: dict) -> list[FieldError]:
+    spec = _map(obj.get("spec"))
+    errors: list[FieldError] = []
+    schedule = spec.get("schedule")
+    if not schedule:
+        errors.append(_required("spec.schedule"))
+    elif not isinstance(schedule, str) or schedule_errors(schedule):
+        errors.append(_invalid("spec.schedule", schedule, schedule_errors(str(schedule)) or "must be a string"))
+    policy = spec.get("concurrencyPolicy")
+    if policy is not None and policy not in CONCURRENCY_POLICIES:
+        errors.append(_unsupported("spec.concurrencyPolicy", policy, CONCURRENCY_POLICIES))
+    for field in ("startingDeadlineSeconds", "successfulJobsHistoryLimit", "failedJobsHistoryLimit"):
+        errors += _non_negative(spec.get(field), f"spec.{field}")
+    tmpl = spec.get("jobTemplate")
+    if not isinstance(tmpl, dict):
+        return errors + [_required("spec.jobTemplate")]
+    return errors + _validate_job_spec(_map(tmpl.get("spec")), "spec.jobTemplate.spec", need_selector=False)
+
+
+VALIDATORS: dict[tuple[str, str], Callable[[dict], list[FieldError]]] = {
+    ("apps", "daemonsets"): validate_daemonset,
+    ("batch", "jobs"): validate_job,
+    ("batch", "cronjobs"): validate_cronjob,
+}
+UPDATE_VALIDATORS: dict[tuple[str, str], Callable[[dict, dict], list[FieldError]]] = {
+    ("apps", "daemonsets"): validate_daemonset_update,
+    ("batch", "jobs"): validate_job_update,
+}
