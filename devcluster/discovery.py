@@ -1,7 +1,8 @@
-"""Discovery (aggregated v2 and legacy) and OpenAPI v3 documents, rendered from the registry.
+"""Discovery (aggregated v2 and legacy) and the OpenAPI v3 index, rendered from the registry.
 
 Pure: each function turns the registry into a JSON-ready dict (spec §3.2, §3.3, §3.5).
-The server caches the encoded results per `registry.generation`.
+The server caches the encoded results per `registry.generation`. The OpenAPI documents
+themselves, with their schemas, are `openapi.py`'s.
 """
 
 from __future__ import annotations
@@ -127,27 +128,3 @@ def openapi_index(registry: Registry) -> dict[str, Any]:
             key = gv_key(group, version)
             paths[key] = {"serverRelativeURL": f"/openapi/v3/{key}?hash={registry.gv_hash(group, version)}"}
     return {"paths": paths}
-
-
-def _operation_id(rt: ResourceType) -> str:
-    group = "Core" if not rt.group else "".join(p.capitalize() for p in rt.group.split(".")[0].split("-"))
-    scope = "Namespaced" if rt.namespaced else ""
-    return f"patch{group}{rt.version.capitalize()}{scope}{rt.kind}"
-
-
-def openapi_gv(registry: Registry, group: str, version: str) -> dict[str, Any] | None:
-    """One PATCH operation per kind with a `fieldValidation` parameter and no requestBody (spec §3.5)."""
-    types = registry.resources_of(group, version)
-    if not types:
-        return None
-    paths = {}
-    for rt in types:
-        ns = "/namespaces/{namespace}" if rt.namespaced else ""
-        paths[f"{rt.gv_path}{ns}/{rt.resource}/{{name}}"] = {"patch": {
-            "operationId": _operation_id(rt),
-            "x-kubernetes-action": "patch",
-            "x-kubernetes-group-version-kind": _kind_ref(rt.group, rt.version, rt.kind),
-            "parameters": [{"name": "fieldValidation", "in": "query", "schema": {"type": "string"}}],
-            "responses": {"200": {"description": "OK"}},
-        }}
-    return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.32.0"}, "paths": paths}

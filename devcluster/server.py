@@ -19,7 +19,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from devcluster import access, discovery, tables, tokenreview, views
+from devcluster import access, discovery, fieldvalidation, openapi, tables, tokenreview, views
 from devcluster.access import Access
 from devcluster.errors import (
     ApiError,
@@ -102,6 +102,7 @@ class _Api:
         self.log_source = log_source
         self.health = health
         self._cache: dict[str, tuple[int, bytes]] = {}  # discovery/OpenAPI bodies per registry generation
+        self.defs = openapi.builtin_definitions()  # the built-in kinds' schemas, for OpenAPI and field validation
         self._streams: set[Any] = set()  # open watches, ended on shutdown so handlers finish at once
         self._views: dict[tuple[str, str, str], _Api] = {}  # one per view type (views.py), sharing streams
 
@@ -151,6 +152,8 @@ class _Api:
             return json_response(self.access.review(path, request[access.USER_KEY], body), status=201)
         if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
             return self._openapi(path)
+        if path == "/openapi/v2":
+            return self._openapi_v2(request)
         segs = path.strip("/").split("/")
         if segs[0] == "api":
             return await self._core(request, segs[1:])
@@ -221,10 +224,33 @@ class _Api:
             group, version = rest[1], rest[2]
         else:
             raise path_not_found()
-        doc = self._cached(f"openapi:{group}/{version}", lambda: discovery.openapi_gv(reg, group, version))
+        doc = self._cached(f"openapi:{group}/{version}", lambda: openapi.v3_document(reg, self.defs, group, version))
         if doc == b"null":
             raise path_not_found()
         return json_response(doc)
+
+    def _openapi_v2(self, request: web.Request) -> web.Response:
+        """JSON only: a client asking for the protobuf form alone gets 406 and falls back."""
+        check_acceptable(parse_accept(request.headers.get("Accept")))
+        return json_response(self._cached("openapi:v2", lambda: openapi.v2_document(self.store.registry, self.defs)))
+
+    # -- field validation ------------------------------------------------------------------------
+
+    async def _decoded(self, request: web.Request, rt: ResourceType, options_kind: str,
+                       subresource: str | None = None) -> tuple[Any, list[str]]:
+        """The create/update body after field validation, and the warnings it earned."""
+        mode = fieldvalidation.directive(request.query.get("fieldValidation"), options_kind=options_kind)
+        body = await _json_body(request)
+        dups = await self._duplicates(request, mode)
+        view = None if subresource == "scale" else openapi.schema_view(self.defs, rt)
+        return fieldvalidation.check_object(view, body, kind=rt.kind, version=rt.version, mode=mode, duplicates=dups)
+
+    async def _duplicates(self, request: web.Request, mode: str) -> list[str]:
+        if mode == "Ignore" or content_type(request) not in ("", "application/json", "application/merge-patch+json",
+                                                               "application/strategic-merge-patch+json",
+                                                               "application/json-patch+json"):
+            return []
+        return fieldvalidation.duplicate_fields(await request.read())
 
     # -- admin ---------------------------------------------------------------------------------
 
@@ -319,8 +345,9 @@ class _Api:
         if verb == "list":
             return self._list(t, q, accept)
         if verb == "create":
-            obj = self.store.create(t.rt, t.namespace, await _json_body(request), dry_run=_dry_run(q))
-            return json_response(self.store.encode(obj, t.rt), status=201)
+            body, warnings = await self._decoded(request, t.rt, "CreateOptions")
+            obj = self.store.create(t.rt, t.namespace, body, dry_run=_dry_run(q))
+            return _warned(json_response(self.store.encode(obj, t.rt), status=201), warnings)
         if verb == "deletecollection":
             if t.rt.key == ("", "namespaces"):
                 raise method_not_allowed()  # the real server serves no collection delete of namespaces
@@ -368,8 +395,9 @@ class _Api:
             return self._get(t, q, accept)
         if verb == "update":
             existed = _exists(self.store, t)
-            obj = self.store.update(rt, t.namespace, name, await _json_body(request), sub, dry_run=_dry_run(q))
-            return json_response(self._encode(rt, obj), status=200 if existed or sub else 201)
+            body, warnings = await self._decoded(request, rt, "UpdateOptions", sub)
+            obj = self.store.update(rt, t.namespace, name, body, sub, dry_run=_dry_run(q))
+            return _warned(json_response(self._encode(rt, obj), status=200 if existed or sub else 201), warnings)
         if verb == "patch":
             return await self._patch(request, t)
         if verb == "delete":
@@ -403,12 +431,17 @@ class _Api:
         patch_type = PATCH_TYPES.get(ctype)
         if patch_type is None:
             raise ApiError(415, "UnsupportedMediaType", _UNSUPPORTED_PATCH)
-        body = await _patch_body(request, patch_type)
         q = request.query
+        mode = fieldvalidation.directive(q.get("fieldValidation"), options_kind="PatchOptions")
+        body = await _patch_body(request, patch_type)
+        view = None if t.subresource == "scale" else openapi.schema_view(self.defs, t.rt)
+        body, warnings = fieldvalidation.check_patch(
+            view, patch_type, body, mode=mode, duplicates=await self._duplicates(request, mode),
+            target=(t.namespace or "", t.name, t.rt.api_version, t.rt.kind))
         force = parse_bool("force", q.get("force")) or False
         obj, created = self.store.patch(t.rt, t.namespace, t.name, patch_type, body, t.subresource,
                                         q.get("fieldManager"), force, dry_run=_dry_run(q))
-        return json_response(self._encode(t.rt, obj), status=201 if created else 200)
+        return _warned(json_response(self._encode(t.rt, obj), status=201 if created else 200), warnings)
 
     async def _log(self, t: Target, q: Any) -> web.Response:
         assert t.name is not None
@@ -633,6 +666,13 @@ def _int_field(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise bad_request(f"{name} must be an integer")
     return value
+
+
+def _warned(resp: web.Response, warnings: list[str]) -> web.Response:
+    """One `Warning: 299 - "..."` header per warning, as a real server sends them."""
+    for text in warnings:
+        resp.headers.add("Warning", fieldvalidation.warning_header(text))
+    return resp
 
 
 def _error_line(err: ApiError) -> bytes:
