@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from devcluster import rbac
+from devcluster.configdata import fold_string_data
 
 
 def _d(obj: dict[str, Any], key: str) -> dict[str, Any]:
@@ -110,6 +111,7 @@ def default_namespace(obj: dict[str, Any]) -> None:
 
 
 def default_secret(obj: dict[str, Any]) -> None:
+    fold_string_data(obj)
     obj.setdefault("type", "Opaque")
 
 

@@ -279,29 +279,29 @@ def _smp_map(target: dict, patch: dict, parent: str | None) -> Any:
     if directive not in (None, "merge"):
         raise _smp_error(f"unknown patch type: {directive!r} in map")
     result = dict(target)
-    orders: dict[str, list] = {}
+    orders = {key[len(_ORDER):]: _directive_list(key, value) for key, value in patch.items()
+              if key.startswith(_ORDER)}
     deletions: dict[str, list] = {}
     for key, value in patch.items():
-        if key == _PATCH or key == _RETAIN:
+        if key == _PATCH or key == _RETAIN or key.startswith(_ORDER):
             continue
-        if key.startswith(_ORDER):
-            orders[key[len(_ORDER):]] = _directive_list(key, value)
-        elif key.startswith(_DELETE_FROM):
+        if key.startswith(_DELETE_FROM):
             deletions[key[len(_DELETE_FROM):]] = _directive_list(key, value)
         else:
-            _smp_field(result, key, value, parent)
+            _smp_field(result, key, value, parent, orders.get(key))
     for field, values in deletions.items():
         _delete_from_primitive_list(result, field, values)
     for field, order in orders.items():
-        if isinstance(result.get(field), list):
-            result[field] = _set_order(result[field], order, merge_key(field, parent))
+        if field not in patch and isinstance(result.get(field), list):
+            key = merge_key(field, parent)
+            result[field] = _enforce_order(result[field], order, result[field], key)
     if _RETAIN in patch:
         keep = set(_directive_list(_RETAIN, patch[_RETAIN]))
         result = {k: v for k, v in result.items() if k in keep}
     return result
 
 
-def _smp_field(result: dict, key: str, value: Any, parent: str | None) -> None:
+def _smp_field(result: dict, key: str, value: Any, parent: str | None, order: list | None = None) -> None:
     if value is None:
         result.pop(key, None)
     elif isinstance(value, dict):
@@ -312,21 +312,23 @@ def _smp_field(result: dict, key: str, value: Any, parent: str | None) -> None:
         else:
             result[key] = merged
     elif isinstance(value, list):
-        result[key] = _smp_list(result.get(key), value, key, parent)
+        result[key] = _smp_list(result.get(key), value, key, parent, order)
     else:
         result[key] = value
 
 
-def _smp_list(old: Any, patch: list, field: str, parent: str | None) -> list:
+def _smp_list(old: Any, patch: list, field: str, parent: str | None, order: list | None = None) -> list:
     old_list = old if isinstance(old, list) else []
     key = merge_key(field, parent)
     if any(isinstance(item, dict) and item.get(_PATCH) == "replace" for item in patch):
         return [_strip(i, field) for i in patch if not (isinstance(i, dict) and _PATCH in i)]
     if field in _SET_LISTS:
-        return old_list + [v for v in patch if v not in old_list]
+        merged = old_list + [v for v in patch if v not in old_list]
+        return _enforce_order(merged, order if order is not None else patch, old_list, None)
     if key is None:
         return [_strip(item, field) for item in patch]
-    return _merge_keyed(old_list, patch, key, field)
+    merged = _merge_keyed(old_list, patch, key, field)
+    return _enforce_order(merged, order if order is not None else patch, old_list, key)
 
 
 def _merge_keyed(old: list, patch: list, key: str, field: str) -> list:
@@ -376,17 +378,34 @@ def _delete_from_primitive_list(result: dict, field: str, values: list) -> None:
         result[field] = [v for v in current if v not in values]
 
 
-def _set_order(items: list, order: list, key: str | None) -> list:
-    """Items named by `order` first, in that order; items it does not name keep their order after."""
-    def ident(item: Any) -> Any:
-        return item.get(key) if key and isinstance(item, dict) else item
+def _enforce_order(merged: list, order: list, original: list, key: str | None) -> list:
+    """The order a real server gives a merged list.
 
-    wanted = [o.get(key) if key and isinstance(o, dict) else o for o in order]
-    rank = {_hashable(v): i for i, v in enumerate(wanted)}
-    named = [it for it in items if _hashable(ident(it)) in rank]
-    named.sort(key=lambda it: rank[_hashable(ident(it))])
-    rest = [it for it in items if _hashable(ident(it)) not in rank]
-    return named + rest
+    Items named by the patch (its own list, or `$setElementOrder` when sent) keep the patch's
+    order; the others keep the original's; the two runs are then interleaved, taking an
+    original-only item first only when it stood before the patch item in the original. So
+    an item the original did not have goes before the original-only items that follow it:
+    a container or env entry added by a patch comes first.
+    """
+    def ident(item: Any) -> Any:
+        return _hashable(item.get(key) if key and isinstance(item, dict) else item)
+
+    wanted = {ident(o): i for i, o in reversed(list(enumerate(order)))}
+    seen = {ident(o): i for i, o in reversed(list(enumerate(original)))}
+    named = sorted((it for it in merged if ident(it) in wanted), key=lambda it: wanted[ident(it)])
+    rest = sorted((it for it in merged if ident(it) not in wanted), key=lambda it: seen.get(ident(it), -1))
+    out, i, j = [], 0, 0
+    while i < len(rest) or j < len(named):
+        if j >= len(named):
+            out.append(rest[i])
+            i += 1
+        elif i < len(rest) and ident(named[j]) in seen and seen[ident(rest[i])] < seen[ident(named[j])]:
+            out.append(rest[i])
+            i += 1
+        else:
+            out.append(named[j])
+            j += 1
+    return out
 
 
 def _hashable(value: Any) -> Any:

@@ -21,6 +21,10 @@ SERVER_META = ("uid", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLi
 GC_FINALIZERS = ("orphan", "foregroundDeletion")
 PROPAGATIONS = ("Orphan", "Background", "Foreground")
 _IGNORED_META = ("resourceVersion", "managedFields")
+# Kinds whose status strategy takes metadata.annotations from the request (only spec and labels
+# are reset): the Deployment controller records `deployment.kubernetes.io/revision` this way,
+# so the annotation never bumps generation.
+STATUS_KEEPS_ANNOTATIONS = frozenset({("apps", "deployments"), ("apps", "replicasets")})
 
 
 def as_object(body: Any) -> dict[str, Any]:
@@ -59,6 +63,12 @@ def status_only(rt: ResourceType, old: dict[str, Any], body: dict[str, Any]) -> 
     """The stored object with only `status` taken from the request (spec §4.6)."""
     new = dict(old)
     new["metadata"] = dict(old["metadata"])
+    if rt.key in STATUS_KEEPS_ANNOTATIONS:
+        annotations = (body.get("metadata") or {}).get("annotations")
+        if annotations:
+            new["metadata"]["annotations"] = annotations
+        else:
+            new["metadata"].pop("annotations", None)
     if "status" in body:
         new["status"] = body["status"]
     else:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from devcluster import rbac
+from devcluster import configdata, rbac
 from devcluster.errors import FieldError
+from devcluster.ownerrefs import validate_owner_references
 from devcluster.schema import structural_field_errors
 
 # --------------------------------------------------------------------------- name syntax
@@ -254,6 +255,7 @@ def validate_metadata(rt: Any, obj: dict) -> list[FieldError]:
         errors.extend(_invalid("metadata.name", name, m) for m in check(name))
     errors.extend(validate_labels(meta.get("labels"), "metadata.labels"))
     errors.extend(_validate_annotations(meta.get("annotations")))
+    errors.extend(validate_owner_references(meta.get("ownerReferences")))
     return errors
 
 
@@ -584,6 +586,8 @@ def validate_object(rt: Any, obj: Any, old: dict | None = None) -> list[FieldErr
     check = _VALIDATORS.get(key) or workloads.VALIDATORS.get(key)
     if check is not None and not rt.crd:
         errors += check(obj)
+    if old is not None and not rt.crd:
+        errors += configdata.validate_update(key, obj, old)
     update_check = _UPDATE_VALIDATORS.get(key) or workloads.UPDATE_VALIDATORS.get(key)
     if old is not None and update_check is not None and not rt.crd:
         errors += update_check(obj, old)

@@ -421,7 +421,8 @@ class DeploymentController(Controller):
             obj["metadata"].setdefault("annotations", {})[REVISION] = rev
 
         meta = d["metadata"]
-        return self.store.mutate(self.d_rt, meta["namespace"], meta["name"], edit)
+        # Through /status, as the real controller does: an annotation written there never bumps generation.
+        return self.store.mutate(self.d_rt, meta["namespace"], meta["name"], edit, subresource="status")
 
     def _write_status(self, d, new, olds, *, created: bool, unavailable: int) -> None:
         status = compute_status(d, new, olds, unavailable_allowed=unavailable,

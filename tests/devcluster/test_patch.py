@@ -147,8 +147,9 @@ def _smp(patch):
 def test_smp_merges_containers_by_name_and_env_by_name():
     result = _smp({"spec": {"containers": [{"name": "main", "image": "img:2",
                                             "env": [{"name": "B", "value": "2"}, {"name": "A", "value": "9"}]}]}})
+    # Items the patch names keep the patch's order (B was not in the original: it goes first).
     assert result["spec"]["containers"] == [
-        {"name": "main", "image": "img:2", "env": [{"name": "A", "value": "9"}, {"name": "B", "value": "2"}],
+        {"name": "main", "image": "img:2", "env": [{"name": "B", "value": "2"}, {"name": "A", "value": "9"}],
          "ports": [{"containerPort": 80, "name": "http"}]},
         {"name": "side", "image": "side:1"},
     ]
@@ -175,7 +176,7 @@ def test_smp_unkeyed_lists_are_replaced():
 
 def test_smp_finalizers_set_merge():
     result = _smp({"metadata": {"finalizers": ["b/y", "a/x"]}})
-    assert result["metadata"]["finalizers"] == ["a/x", "b/y"]
+    assert result["metadata"]["finalizers"] == ["b/y", "a/x"]
 
 
 def test_smp_patch_delete_removes_keyed_item():
@@ -228,7 +229,7 @@ def test_smp_null_deletes_and_directives_vanish_from_new_items():
                    "spec": {"containers": [{"name": "extra", "image": "e", "env": None,
                                             "$setElementOrder/env": []}]}})
     assert result["metadata"]["labels"] == {}
-    assert result["spec"]["containers"][2] == {"name": "extra", "image": "e"}
+    assert result["spec"]["containers"][0] == {"name": "extra", "image": "e"}
 
 
 def test_smp_conditions_by_type_and_owner_references_by_uid():
@@ -238,7 +239,7 @@ def test_smp_conditions_by_type_and_owner_references_by_uid():
         "status": {"conditions": [{"type": "Ready", "status": "True"}]},
         "metadata": {"ownerReferences": [{"uid": "u2", "name": "b"}]}})
     assert result["status"]["conditions"] == [{"type": "Ready", "status": "True"}, {"type": "X", "status": "True"}]
-    assert result["metadata"]["ownerReferences"] == [{"uid": "u1", "name": "a"}, {"uid": "u2", "name": "b"}]
+    assert result["metadata"]["ownerReferences"] == [{"uid": "u2", "name": "b"}, {"uid": "u1", "name": "a"}]
 
 
 @pytest.mark.parametrize("patch,code,message", [
@@ -282,3 +283,24 @@ def test_apply_body_must_be_an_object():
     with pytest.raises(ApiError) as err:
         apply_patch({}, [1])
     assert (err.value.code, err.value.message) == (400, "apply patch body must be an object")
+
+
+@pytest.mark.parametrize(("original", "patch", "expected"), [
+    pytest.param(["a", "b"], ["c"], ["c", "a", "b"], id="added-item-goes-first"),
+    pytest.param(["a", "b"], ["a", "c"], ["a", "c", "b"], id="added-after-a-named-item"),
+    pytest.param(["a", "b"], ["b", "c"], ["a", "b", "c"], id="original-only-item-before-a-named-one-stays-first"),
+    pytest.param(["a", "b", "c"], ["c", "a"], ["b", "c", "a"], id="named-items-in-patch-order-interleaved-by-original"),
+    pytest.param(["a", "b"], [], ["a", "b"], id="empty-patch-keeps-order"),
+])
+def test_smp_keyed_list_order_follows_the_real_merge(original, patch, expected):
+    target = {"spec": {"containers": [{"name": n, "image": "old"} for n in original]}}
+    result = strategic_merge_patch(target, {"spec": {"containers": [{"name": n, "image": "new"} for n in patch]}})
+    assert [c["name"] for c in result["spec"]["containers"]] == expected
+
+
+def test_smp_set_element_order_wins_over_the_patch_order():
+    target = {"spec": {"containers": [{"name": "a"}, {"name": "b"}]}}
+    result = strategic_merge_patch(target, {"spec": {
+        "$setElementOrder/containers": [{"name": "b"}, {"name": "c"}, {"name": "a"}],
+        "containers": [{"name": "c"}]}})
+    assert [c["name"] for c in result["spec"]["containers"]] == ["b", "c", "a"]
