@@ -81,6 +81,16 @@ def _incluster_pod():
     return p
 
 
+def _grant_pod_reads(store):
+    """The pod's ServiceAccount (default) may read pods: its token meets RBAC as on a real server."""
+    group = "rbac.authorization.k8s.io"
+    store.create(rt(store, "roles", group), "default", {
+        "metadata": {"name": "pod-reader"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]})
+    store.create(rt(store, "rolebindings", group), "default", {
+        "metadata": {"name": "pod-reader"}, "roleRef": {"apiGroup": group, "kind": "Role", "name": "pod-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": "default"}]})
+
+
 def _service(store):
     store.create(rt(store, "services"), "default", {
         "metadata": {"name": "gm"},
@@ -93,6 +103,7 @@ async def test_pod_process_gets_volumes_sa_mount_api_address_and_service_names(p
     store.create(rt(store, "secrets"), "default", {
         "metadata": {"name": "app-secret"}, "data": {"pw": base64.b64encode(b"s3cret").decode()}})
     _service(store)
+    _grant_pod_reads(store)
     created = store.create(rt(store, "pods"), "default", _incluster_pod())
     seen = json.loads((await _finished(pdc, "inside")).strip().splitlines()[-1])
     assert seen["self"] == "inside"  # the HTTPS call with the projected token and CA worked
@@ -126,6 +137,7 @@ async def test_hostpath_is_the_nodes_own_root_filesystem(pdc):
 async def test_missing_config_map_holds_the_pod_until_it_exists(pdc):
     store = pdc.store
     _service(store)
+    _grant_pod_reads(store)
     store.create(rt(store, "secrets"), "default", {"metadata": {"name": "app-secret"}, "stringData": {"pw": "x"}})
     store.create(rt(store, "pods"), "default", _incluster_pod())
 
@@ -167,3 +179,12 @@ def test_rewrite_path(value, expected):
     mounts = {"/config": "/host/cfg", "/config/sub": "/host/sub"}
     assert rewrite_path(value, mounts) == expected
     assert Projection(env={}, mounts=mounts).rewrite(value) == expected
+
+
+async def test_without_a_role_binding_the_pods_token_is_forbidden(pdc):
+    store = pdc.store
+    store.create(rt(store, "configmaps"), "default", {"metadata": {"name": "app-config"}, "data": {"app.yaml": "a"}})
+    store.create(rt(store, "secrets"), "default", {"metadata": {"name": "app-secret"}, "stringData": {"pw": "x"}})
+    _service(store)
+    store.create(rt(store, "pods"), "default", _incluster_pod())
+    assert "HTTP Error 403: Forbidden" in await _finished(pdc, "inside", "Failed")
