@@ -19,7 +19,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from devcluster import access, discovery, fieldvalidation, openapi, tables, tokenreview, views
+from devcluster import access, discovery, fieldvalidation, openapi, protobody, tables, tokenreview, views
 from devcluster.access import Access
 from devcluster.errors import (
     ApiError,
@@ -589,21 +589,26 @@ def _dry_run(q: Any) -> bool:
     return bool(values)
 
 
-_BODY_TYPES = ("", "application/json", "application/yaml", "*/*")
+_BODY_TYPES = ("", "application/json", "application/yaml", "*/*", protobody.CONTENT_TYPE)
 
 
 async def _json_body(request: web.Request, *, allow_empty: bool = False) -> Any:
-    """The request body as JSON data; YAML when sent as application/yaml; 415 for anything else."""
+    """The request body as JSON data, from JSON, YAML or Kubernetes protobuf; 415 for anything else."""
     ctype = content_type(request)
     if ctype not in _BODY_TYPES:
         raise ApiError(415, "UnsupportedMediaType",
                        f"the body of the request was in an unknown format ({ctype}) - accepted media types "
-                       "include: application/json, application/yaml")
+                       f"include: application/json, application/yaml, {protobody.CONTENT_TYPE}")
     raw = await request.read()
     if not raw.strip():
         if allow_empty:
             return None
         raise bad_request("the request body is empty")
+    if ctype == protobody.CONTENT_TYPE:
+        try:
+            return protobody.decode_body(raw)
+        except protobody.ProtobufBodyError as err:
+            raise bad_request(f"the request body is not a valid protobuf object: {err}") from None
     if ctype == "application/yaml":
         try:
             return yaml.safe_load(raw)

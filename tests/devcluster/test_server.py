@@ -287,6 +287,8 @@ async def test_fault_rate_is_seeded(apiserver: ApiServer, http: Http) -> None:
 
 async def test_body_media_types(http: Http) -> None:
     code, body = await http.post(PODS, raw=b"\x6b\x38\x73\x00", ctype="application/vnd.kubernetes.protobuf")
+    assert code == 400 and body["reason"] == "BadRequest"  # protobuf is decoded: a bare magic names no kind
+    code, body = await http.post(PODS, raw=b"{}", ctype="application/cbor")
     assert code == 415 and body["reason"] == "UnsupportedMediaType"
     yaml_pod = b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: y\nspec:\n  containers: [{name: c, image: nginx}]\n"
     code, body = await http.post(PODS, raw=yaml_pod, ctype="application/yaml")
