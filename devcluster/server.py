@@ -19,7 +19,16 @@ import orjson
 import yaml
 from aiohttp import web
 
-from devcluster import access, discovery, fieldvalidation, openapi, protobody, tables, tokenreview, views
+from devcluster import (
+    access,
+    discovery,
+    fieldvalidation,
+    openapi,
+    protobody,
+    tables,
+    tokenreview,
+    views,
+)
 from devcluster.access import Access
 from devcluster.errors import (
     ApiError,
