@@ -77,6 +77,22 @@ async def test_typed_create_stores_every_field_kubectl_sent(kubectl, command, ge
     assert match(sent, stored) == []
 
 
+async def test_autoscale_sends_a_protobuf_horizontal_pod_autoscaler(kubectl):
+    rc, _, err = await kubectl("create", "deployment", "web", "--image=nginx")
+    assert rc == 0, err
+    command = ["autoscale", "deployment", "web", "--max=3", "--cpu-percent=70"]
+    rc, out, err = await kubectl(*command, "--dry-run=client", "-o", "json")
+    assert rc == 0, err
+    sent = _without_nulls(orjson.loads(out))
+    rc, out, err = await kubectl(*command, "-v=8")
+    if rc != 0 and _NOT_SERVED in err:
+        pytest.skip("the dev cluster does not serve horizontalpodautoscalers yet")
+    assert rc == 0 and f"Content-Type: {CONTENT_TYPE}" in err, err
+    rc, out, err = await kubectl("get", "hpa", "web", "-o", "json")
+    assert rc == 0, err
+    assert match({k: v for k, v in sent.items() if k != "status"}, orjson.loads(out)) == []
+
+
 async def test_secret_bytes_survive_exactly(kubectl):
     rc, _, err = await kubectl("create", "secret", "generic", "bin", "--from-literal=k=\u00e9\u00e8 \t\\n")
     assert rc == 0, err

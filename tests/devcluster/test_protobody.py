@@ -24,7 +24,7 @@ from devcluster.protobody import ProtobufBodyError, decode_body, go_duration
 GOLDEN = yaml.safe_load((Path(__file__).parent / "kubectl_protobuf_bodies.yaml").read_text())
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=c["command"].split()[2]) for c in GOLDEN])
+@pytest.mark.parametrize("case", [pytest.param(c, id=" ".join(c["command"].split()[1:3])) for c in GOLDEN])
 def test_bodies_real_kubectl_sent(case):
     assert decode_body(bytes.fromhex(case["body_hex"])) == case["json"]
 
