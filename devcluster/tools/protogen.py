@@ -40,6 +40,9 @@ GROUPS = {
     "authentication_v1.proto": "authentication.k8s.io/v1",
     "autoscaling_v1.proto": "autoscaling/v1",
     "autoscaling_v2.proto": "autoscaling/v2",
+    "authorization_v1.proto": "authorization.k8s.io/v1",
+    "coordination_v1.proto": "coordination.k8s.io/v1",
+    "events_v1.proto": "events.k8s.io/v1",
     "meta_v1.proto": None,
     "runtime.proto": None,
     "resource.proto": None,
@@ -58,6 +61,7 @@ SPECIAL = {
     "k8s.io.apimachinery.pkg.runtime.RawExtension": "rawjson",
     f"{META}.Verbs": "stringlist",
     "k8s.io.api.authentication.v1.ExtraValue": "stringlist",
+    "k8s.io.api.authorization.v1.ExtraValue": "stringlist",
 }
 # Meta kinds every group version accepts (DeleteOptions bodies of DELETE requests...).
 META_KINDS = ("DeleteOptions", "Status", "CreateOptions", "UpdateOptions", "PatchOptions",
@@ -167,6 +171,9 @@ _KEEP_ZERO = {
     },
     "k8s.io.api.networking.v1": {"NetworkPolicyPort": "endPort"},
     "k8s.io.api.authentication.v1": {"TokenRequestSpec": "expirationSeconds"},
+    "k8s.io.api.authorization.v1": {"SubjectAccessReviewStatus": "allowed", "SubjectRulesReviewStatus": "incomplete"},
+    "k8s.io.api.coordination.v1": {"LeaseSpec": "leaseDurationSeconds leaseTransitions"},
+    "k8s.io.api.events.v1": {"EventSeries": "count"},
 }
 KEEP_ZERO = {f"{pkg}.{msg}.{f}" for pkg, msgs in _KEEP_ZERO.items() for msg, fs in msgs.items() for f in fs.split()}
 

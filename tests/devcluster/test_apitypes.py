@@ -60,6 +60,8 @@ def test_json_name_differs_from_proto_name_where_go_says_so():
     ("scheduling.k8s.io/v1", "PriorityClass"), ("networking.k8s.io/v1", "Ingress"),
     ("authentication.k8s.io/v1", "TokenRequest"), ("autoscaling/v1", "HorizontalPodAutoscaler"),
     ("autoscaling/v2", "HorizontalPodAutoscaler"), ("apps/v1", "DeleteOptions"),
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview"), ("authentication.k8s.io/v1", "SelfSubjectReview"),
+    ("coordination.k8s.io/v1", "Lease"), ("events.k8s.io/v1", "Event"),
 ])
 def test_kinds_kubectl_and_helm_send_are_known(api_version, kind):
     mt = apitypes.type_of(api_version, kind)
