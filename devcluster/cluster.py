@@ -38,6 +38,7 @@ from devcluster.projection import ApiEndpoint, Projector, StoreSources
 from devcluster.runtime import ImageEntry, ProcessRuntime, load_image_map, parse_image_map
 from devcluster.store import Store
 from devcluster.supervisor import Crash, Supervisor
+from devcluster.tls import ServingCert
 from devcluster.tokenreview import TokenAuthority
 
 log = logging.getLogger("devcluster")
@@ -93,10 +94,11 @@ class DevCluster:
         self._runner: web.AppRunner | None = None
         self.host = ""
         self.port = 0
+        self._tls: ServingCert | None = None
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self._tls else 'http'}://{self.host}:{self.port}"
 
     @property
     def secure_url(self) -> str | None:
@@ -119,8 +121,12 @@ class DevCluster:
         deployment-controller, default-scheduler, kubelet."""
         return self.controllers[name]
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> DevCluster:
-        """Start the controllers, then serve on host:port (0 picks a free port)."""
+    async def start(self, host: str = "127.0.0.1", port: int = 0, *,
+                    tls: ServingCert | None = None) -> DevCluster:
+        """Start the controllers, then serve on host:port (0 picks a free port); HTTPS with `tls`.
+        kubectl, Helm and client-go send a kubeconfig's token or client certificate only over
+        HTTPS, so a ServiceAccount-token kubeconfig needs `tls` (see `devcluster.tls`)."""
+        self._tls = tls
         from devcluster.server import make_app  # the HTTP layer is only needed once serving
 
         self.start_controllers()
@@ -128,7 +134,7 @@ class DevCluster:
                        health=self.supervisor.health, tokens=self.tokens)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
+        site = web.TCPSite(self._runner, host, port, ssl_context=tls.server_context() if tls else None)
         await site.start()
         self.host, self.port = self._runner.addresses[0][:2]
         if self.secure:
@@ -205,23 +211,29 @@ class DevCluster:
                 created.append(f"{rt.kind}/{obj['metadata']['name']}")
         return created
 
-    def kubeconfig(self) -> dict[str, Any]:
-        """A kubeconfig for this cluster: plain HTTP, empty user, context `devcluster`."""
+    def kubeconfig(self, *, token: str | None = None) -> dict[str, Any]:
+        """A kubeconfig for this cluster, context `devcluster`: the admin (an empty user over
+        HTTP, the admin token over HTTPS), or the holder of a ServiceAccount `token` (which Go
+        clients send only when serving HTTPS)."""
+        cluster: dict[str, Any] = {"server": self.url}
+        if self._tls is not None:
+            cluster["certificate-authority-data"] = self._tls.ca_data
+            token = token or self.tokens.admin_token
         return {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "devcluster", "cluster": {"server": self.url}}],
-            "users": [{"name": "devcluster", "user": {}}],
+            "clusters": [{"name": "devcluster", "cluster": cluster}],
+            "users": [{"name": "devcluster", "user": {"token": token} if token else {}}],
             "contexts": [{"name": "devcluster",
                           "context": {"cluster": "devcluster", "user": "devcluster", "namespace": "default"}}],
             "current-context": "devcluster",
             "preferences": {},
         }
 
-    def write_kubeconfig(self, path: str | os.PathLike[str]) -> Path:
+    def write_kubeconfig(self, path: str | os.PathLike[str], *, token: str | None = None) -> Path:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(yaml.safe_dump(self.kubeconfig(), sort_keys=False))
+        p.write_text(yaml.safe_dump(self.kubeconfig(token=token), sort_keys=False))
         return p
 
     async def __aenter__(self) -> DevCluster:

@@ -32,8 +32,10 @@ def _subresources(rt: ResourceType) -> list[dict[str, Any]]:
         subs.append({"subresource": "scale", "responseKind": _kind_ref("autoscaling", "v1", "Scale"),
                      "verbs": list(SUBRESOURCE_VERBS)})
     for name, verbs in rt.extra_subresources:
-        kind = "Binding" if name == "binding" else rt.kind
-        subs.append({"subresource": name, "responseKind": _kind_ref(rt.group, rt.version, kind), "verbs": list(verbs)})
+        kind = _kind_ref(rt.group, rt.version, "Binding" if name == "binding" else rt.kind)
+        if name == "token":
+            kind = _kind_ref("authentication.k8s.io", "v1", "TokenRequest")
+        subs.append({"subresource": name, "responseKind": kind, "verbs": list(verbs)})
     return subs
 
 

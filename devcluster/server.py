@@ -25,6 +25,7 @@ from devcluster import (
     fieldvalidation,
     openapi,
     protobody,
+    reviewproto,
     tables,
     tokenreview,
     views,
@@ -157,7 +158,7 @@ class _Api:
         if path in access.REVIEW_PATHS:
             if request.method != "POST":
                 raise method_not_allowed()
-            body = await _json_body(request)
+            body = await _typed_body(request)
             return json_response(self.access.review(path, request[access.USER_KEY], body), status=201)
         if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
             return self._openapi(path)
@@ -398,7 +399,7 @@ class _Api:
         if sub == "binding":
             return await self._bind(request, t)
         if sub == "token":
-            answer = self.tokens.request_token(t.namespace or "", name, await _json_body(request))
+            answer = self.tokens.request_token(t.namespace or "", name, await _typed_body(request))
             return json_response(answer, status=201)
         if verb == "get":
             return self._get(t, q, accept)
@@ -627,6 +628,13 @@ async def _json_body(request: web.Request, *, allow_empty: bool = False) -> Any:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as err:
         raise bad_request(f"the request body is not valid JSON: {err}") from None
+
+
+async def _typed_body(request: web.Request) -> Any:
+    """A JSON body, or a protobuf one of the kinds typed clients send to reviews and TokenRequest."""
+    if content_type(request) == reviewproto.CONTENT_TYPE:
+        return reviewproto.decode(await request.read())
+    return await _json_body(request)
 
 
 async def _patch_body(request: web.Request, patch_type: str) -> Any:

@@ -83,6 +83,9 @@ class TokenAuthority:
         self._store = store
         self._clock = clock
         self._tokens: dict[str, IssuedToken] = {}
+        # The cluster admin's bearer token, for kubeconfigs of an HTTPS dev cluster (Go clients
+        # send no empty credentials over TLS: they prompt for a password instead).
+        self.admin_token = secrets.token_urlsafe(32)
 
     # -- issuing ----------------------------------------------------------------------------
 
