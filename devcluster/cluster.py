@@ -28,7 +28,9 @@ from devcluster.controllers.base import Controller
 from devcluster.controllers.daemonset import DaemonSetController
 from devcluster.controllers.deployment import DeploymentController
 from devcluster.controllers.gc import GarbageCollector
+from devcluster.controllers.job import JobController
 from devcluster.controllers.kubelet import Kubelet
+from devcluster.controllers.namespace import NamespaceDefaults
 from devcluster.controllers.nodes import DEFAULT_NODES, NodeController
 from devcluster.controllers.replicaset import ReplicaSetController
 from devcluster.controllers.scheduler import Scheduler
@@ -81,10 +83,12 @@ class DevCluster:
         self.controllers: dict[str, Controller] = {}
         for ctl in (
             NodeController(self.store, nodes=nodes, lease_interval=lease_interval),
+            NamespaceDefaults(self.store, resync=resync),
             GarbageCollector(self.store, resync=resync),
             ReplicaSetController(self.store, resync=resync),
             DeploymentController(self.store, resync=resync),
             DaemonSetController(self.store, resync=resync),
+            JobController(self.store, resync=resync),
             Scheduler(self.store, resync=resync),
             Kubelet(self.store, start_delay=start_delay, termination_delay=termination_delay,
                     runtime=self.runtime, resync=resync),
@@ -117,8 +121,9 @@ class DevCluster:
         return self.supervisor.crashes
 
     def controller(self, name: str) -> Controller:
-        """A controller by name: node-lifecycle, garbage-collector, replicaset-controller,
-        deployment-controller, default-scheduler, kubelet."""
+        """A controller by name: node-lifecycle, namespace-defaults, garbage-collector,
+        replicaset-controller, deployment-controller, daemonset-controller, job-controller,
+        default-scheduler, kubelet."""
         return self.controllers[name]
 
     async def start(self, host: str = "127.0.0.1", port: int = 0, *,

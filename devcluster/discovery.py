@@ -45,7 +45,7 @@ def aggregated_resource(rt: ResourceType) -> dict[str, Any]:
         "responseKind": _kind_ref(rt.group, rt.version, rt.kind),
         "scope": "Namespaced" if rt.namespaced else "Cluster",
         "singularResource": rt.singular,
-        "verbs": list(VERBS),
+        "verbs": verbs_of(rt),
     }
     if rt.short_names:
         out["shortNames"] = list(rt.short_names)
@@ -99,7 +99,7 @@ def resource_list(registry: Registry, group: str, version: str) -> dict[str, Any
     resources = []
     for rt in registry.resources_of(group, version):
         entry: dict[str, Any] = {"name": rt.resource, "singularName": rt.singular, "namespaced": rt.namespaced,
-                                 "kind": rt.kind, "verbs": list(VERBS)}
+                                 "kind": rt.kind, "verbs": verbs_of(rt)}
         if rt.short_names:
             entry["shortNames"] = list(rt.short_names)
         if rt.categories:
@@ -130,3 +130,10 @@ def openapi_index(registry: Registry) -> dict[str, Any]:
             key = gv_key(group, version)
             paths[key] = {"serverRelativeURL": f"/openapi/v3/{key}?hash={registry.gv_hash(group, version)}"}
     return {"paths": paths}
+
+
+def verbs_of(rt: ResourceType) -> list[str]:
+    """The verbs a resource serves: all of them, except that namespaces have no collection delete."""
+    if rt.key == ("", "namespaces"):
+        return [v for v in VERBS if v != "deletecollection"]
+    return list(VERBS)

@@ -23,6 +23,7 @@ from devcluster.controllers.meta import (
     set_condition,
 )
 from devcluster.controllers.podhash import pod_template_hash
+from devcluster.controllers.progress import apply_deadline
 from devcluster.controllers.rollout import (
     IntOrPercentError,
     RSCounts,
@@ -256,9 +257,8 @@ class DeploymentController(Controller):
         if is_complete(d, new, olds):
             olds = self._cleanup(d, olds)
         d = self._sync_revision(d, new)
-        self._write_status(d, new, olds, created=created,
-                           unavailable=unavailable if _strategy(d) != "Recreate" else 0)
-        return None
+        return self._write_status(d, new, olds, created=created,
+                                  unavailable=unavailable if _strategy(d) != "Recreate" else 0)
 
     def _fenceposts(self, d: dict[str, Any]) -> tuple[int, int]:
         ru = (d["spec"].get("strategy") or {}).get("rollingUpdate") or {}
@@ -424,17 +424,21 @@ class DeploymentController(Controller):
         # Through /status, as the real controller does: an annotation written there never bumps generation.
         return self.store.mutate(self.d_rt, meta["namespace"], meta["name"], edit, subresource="status")
 
-    def _write_status(self, d, new, olds, *, created: bool, unavailable: int) -> None:
+    def _write_status(self, d, new, olds, *, created: bool, unavailable: int) -> float | None:
+        """Write status; returns when the progress deadline could next expire."""
         status = compute_status(d, new, olds, unavailable_allowed=unavailable,
                                 progress=_progress(d, new, olds, created=created))
+        wake = apply_deadline(d, d.get("status") or {}, status, complete=is_complete(d, new, olds),
+                              rs_name=new["metadata"]["name"] if new else None)
         if status == d.get("status"):
-            return
+            return wake
 
         def edit(obj: dict[str, Any]) -> None:
             obj["status"] = status
 
         meta = d["metadata"]
         self.store.mutate(self.d_rt, meta["namespace"], meta["name"], edit, subresource="status")
+        return wake
 
 
 def _strategy(d: dict[str, Any]) -> str:

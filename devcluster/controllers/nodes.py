@@ -38,8 +38,9 @@ def build_node(name: str, index: int) -> dict[str, Any]:
         "beta.kubernetes.io/os": "linux",
         "beta.kubernetes.io/arch": "amd64",
     }
-    if name.startswith("edge"):
+    if name.startswith("edge"):  # as KubeEdge's edgecore registers its node
         labels["node-role.kubernetes.io/edge"] = ""
+        labels["node-role.kubernetes.io/agent"] = ""
     resources = {"cpu": "8", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi"}
     return {
         "apiVersion": "v1",

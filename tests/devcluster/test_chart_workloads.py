@@ -1,0 +1,31 @@
+"""The chart's LC DaemonSet and GM Deployment, as rendered, land on the nodes they select."""
+
+from __future__ import annotations
+
+from tests.conftest import eventually
+from tests.devcluster.helpers import rt
+from tests.unit.test_crds import render_chart
+
+
+def _running_nodes(store, ns, labels):
+    pods, _ = store.list(rt(store, "pods"), ns, label_selector=labels)
+    return sorted(p["spec"]["nodeName"] for p in pods
+                  if (p.get("status") or {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp"))
+
+
+async def test_chart_lc_runs_on_edge_nodes_and_gm_on_the_cloud_node(live):
+    store = live.store
+    rendered = render_chart()
+    docs = {d["kind"]: d for docs in rendered.values() for d in docs if d["kind"] in ("DaemonSet", "Deployment")}
+    ns = docs["DaemonSet"]["metadata"]["namespace"]
+    store.create(rt(store, "namespaces"), None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    store.create(rt(store, "daemonsets", "apps"), ns, docs["DaemonSet"])
+    store.create(rt(store, "deployments", "apps"), ns, docs["Deployment"])
+    await eventually(lambda: _running_nodes(store, ns, "sedna=lc") == ["edge-node-1", "edge-node-2"],
+                     message="LC on both edge nodes")
+    await eventually(lambda: _running_nodes(store, ns, "sedna=gm") == ["cloud-node"], message="GM on the cloud node")
+    ds = store.get(rt(store, "daemonsets", "apps"), ns, docs["DaemonSet"]["metadata"]["name"])
+    await eventually(lambda: store.get(rt(store, "daemonsets", "apps"), ns, ds["metadata"]["name"])["status"].get(
+        "numberAvailable") == 2, message="ds status")
+    status = store.get(rt(store, "daemonsets", "apps"), ns, ds["metadata"]["name"])["status"]
+    assert (status["desiredNumberScheduled"], status["numberMisscheduled"]) == (2, 0)
