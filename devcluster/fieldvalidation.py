@@ -59,6 +59,7 @@ class Outcome:
     value: Any
     unknown: list[str] = field(default_factory=list)
     bad_quantity: str | None = None
+    patch: bool = False  # a null in a patch deletes: an undeclared field set to null adds nothing
 
 
 def directive(value: str | None, *, options_kind: str) -> Directive:
@@ -171,7 +172,7 @@ def _walk_object(view: SchemaView, schema: dict, value: dict, path: str, out: Ou
     for key, item in value.items():
         child = _child_schema(view, props, extra, key, keep)
         if child is _UNKNOWN:
-            if free:
+            if free or (item is None and out.patch):
                 continue
             if not key.startswith("$"):  # strategic-merge directives are not fields
                 out.unknown.append(_join(path, key))
@@ -256,7 +257,7 @@ def check_patch(view: SchemaView | None, patch_type: str, body: Any, *, mode: Di
     the patch is checking what it adds; JSON patch values are checked at their target path.
     `target` is (namespace, name, apiVersion, kind), for the server-side apply message.
     """
-    out = Outcome(body)
+    out = Outcome(body, patch=True)
     extra: list[str] = []
     if view is not None:
         if patch_type == "json":

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
+from devcluster import apitypes
 from devcluster.fieldvalidation import SchemaView
 from devcluster.registry import Registry, ResourceType
 
@@ -106,11 +108,9 @@ def crd_definition_name(group: str, version: str, kind: str) -> str:
     return ".".join(reversed(group.split("."))) + f".{version}.{kind}"
 
 
-_API_VERSION_DOC = ("APIVersion defines the versioned schema of this representation of an object. Servers should "
-                    "convert recognized schemas to the latest internal value, and may reject unrecognized values.")
-_KIND_DOC = ("Kind is a string value representing the REST resource this object represents. Servers may infer this "
-             "from the endpoint the client submits requests to. Cannot be updated. In CamelCase.")
-_META_DOC = "Standard object's metadata."
+_API_VERSION_DOC = "The group/version this object is written in; the server converts the versions it knows."
+_KIND_DOC = "The kind of this object (CamelCase), naming the REST resource it belongs to."
+_META_DOC = "The object's metadata: name, namespace, labels, owners..."
 
 
 def crd_schemas(rt: ResourceType) -> dict[str, dict[str, Any]]:
@@ -231,9 +231,64 @@ def _v2_node(node: Any) -> Any:
     return out
 
 
+@cache
 def builtin_definitions() -> Definitions:
-    """The built-in kinds' definitions, derived from the emulator's table of built-in types."""
-    return Definitions()
+    """The built-in kinds' definitions, derived from the emulator's one table of built-in types."""
+    schemas = {_def_name(name): _message_schema(apitypes.message(name)) for name in apitypes.message_names()}
+    kinds: dict[tuple[str, str, str], str] = {}
+    for api_version, kind, mt in apitypes.kinds():
+        group, _, version = api_version.rpartition("/")
+        name = _def_name(mt.name)
+        kinds[(group, version, kind)] = name
+        top = schemas[name]
+        top.setdefault("properties", {}).update({"apiVersion": {"description": _API_VERSION_DOC, "type": "string"},
+                                                 "kind": {"description": _KIND_DOC, "type": "string"}})
+        top["properties"] = dict(sorted(top["properties"].items()))
+        top.setdefault("x-kubernetes-group-version-kind", []).extend(_gvk(group, version, kind))
+    return Definitions(schemas=schemas, kinds=kinds)
+
+
+def _def_name(proto_name: str) -> str:
+    """`k8s.io.api.core.v1.Pod` -> `io.k8s.api.core.v1.Pod`, the real server's definition name."""
+    return "io.k8s." + proto_name[len("k8s.io."):] if proto_name.startswith("k8s.io.") else proto_name
+
+
+_SPECIAL_BY_FORM: dict[str, dict[str, Any]] = {
+    "quantity": SPECIAL_V3[QUANTITY],
+    "intorstring": SPECIAL_V3[INT_OR_STRING],
+    "time": {"type": "string", "format": "date-time"},
+    "microtime": {"type": "string", "format": "date-time"},
+    "duration": {"type": "string"},
+    "rawjson": {"type": "object"},
+    "stringlist": {"type": "array", "items": {"type": "string"}},
+}
+_SCALARS: dict[str, dict[str, Any]] = {
+    "string": {"type": "string"}, "bytes": {"type": "string", "format": "byte"}, "bool": {"type": "boolean"},
+    "int32": {"type": "integer", "format": "int32"}, "int64": {"type": "integer", "format": "int64"},
+    "uint32": {"type": "integer", "format": "int32"}, "uint64": {"type": "integer", "format": "int64"},
+    "sint32": {"type": "integer", "format": "int32"}, "sint64": {"type": "integer", "format": "int64"},
+    "fixed32": {"type": "integer", "format": "int32"}, "fixed64": {"type": "integer", "format": "int64"},
+    "double": {"type": "number", "format": "double"}, "float": {"type": "number", "format": "float"},
+}
+
+
+def _message_schema(mt: Any) -> dict[str, Any]:
+    if mt.special:
+        return copy.deepcopy(_SPECIAL_BY_FORM.get(mt.special, {"type": "object"}))
+    props = {name: _field_schema(f) for name, f in sorted(mt.json_fields().items())}
+    return {"type": "object", "properties": props}
+
+
+def _field_schema(f: Any) -> dict[str, Any]:
+    if f.kind == "message":
+        value: dict[str, Any] = _ref(_def_name(f.type_name))
+    else:
+        value = dict(_SCALARS.get(f.kind, {"type": "string"}))
+    if f.is_map:
+        return {"type": "object", "additionalProperties": value}
+    if f.repeated:
+        return {"type": "array", "items": value}
+    return {"allOf": [value]} if f.kind == "message" else value
 
 
 # -- field validation ------------------------------------------------------------------------------
