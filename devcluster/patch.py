@@ -1,4 +1,4 @@
-"""The four PATCH flavours of the API (spec §5.5), as pure functions on parsed JSON.
+"""Three PATCH flavours of the API (spec §5.5), as pure functions on parsed JSON (apply: apply.py).
 
 None of them mutates its arguments. They copy only the containers on the path of a
 change: the result is always a fresh top-level dict, but unchanged subtrees are shared
@@ -13,7 +13,7 @@ from typing import Any
 
 from devcluster.errors import ApiError, bad_request
 
-__all__ = ["merge_patch", "json_patch", "strategic_merge_patch", "apply_patch", "merge_key"]
+__all__ = ["merge_patch", "json_patch", "strategic_merge_patch", "merge_key"]
 
 _MISSING = object()
 
@@ -414,50 +414,3 @@ def _hashable(value: Any) -> Any:
 
 def _smp_error(message: str) -> ApiError:
     return ApiError(422, "Invalid", f"strategic merge patch: {message}")
-
-
-# --------------------------------------------------------------------------- server-side apply
-
-
-def apply_patch(target: Any, intent: Any) -> Any:
-    """Server-side apply without field ownership: maps merge, keyed lists merge, absent keys stay.
-
-    An explicit `null` in the intent removes the field (there is no manager bookkeeping
-    to decide otherwise).
-    """
-    if not isinstance(intent, dict):
-        raise bad_request("apply patch body must be an object")
-    return _apply_map(target if isinstance(target, dict) else {}, intent, None)
-
-
-def _apply_map(target: dict, intent: dict, parent: str | None) -> dict:
-    result = dict(target)
-    for key, value in intent.items():
-        old = result.get(key)
-        if value is None:
-            result.pop(key, None)
-        elif isinstance(value, dict):
-            result[key] = _apply_map(old if isinstance(old, dict) else {}, value, key)
-        elif isinstance(value, list):
-            result[key] = _apply_list(old, value, key, parent)
-        else:
-            result[key] = value
-    return result
-
-
-def _apply_list(old: Any, intent: list, field: str, parent: str | None) -> list:
-    old_list = old if isinstance(old, list) else []
-    if field in _SET_LISTS:
-        return old_list + [v for v in intent if v not in old_list]
-    key = merge_key(field, parent)
-    if key is None or not all(isinstance(i, dict) and key in i for i in intent):
-        return intent
-    result = list(old_list)
-    for item in intent:
-        at = _find(result, key, item[key])
-        if at is None:
-            result.append(item)
-        else:
-            base = result[at] if isinstance(result[at], dict) else {}
-            result[at] = _apply_map(base, item, field)
-    return result

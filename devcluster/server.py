@@ -52,6 +52,7 @@ from devcluster.httputil import (
     wants_aggregated,
     wants_table,
 )
+from devcluster.managedfields import manager_name
 from devcluster.registry import ResourceType
 from devcluster.store import Store
 from devcluster.tokenreview import TokenAuthority
@@ -356,7 +357,7 @@ class _Api:
             return self._list(t, q, accept)
         if verb == "create":
             body, warnings = await self._decoded(request, t.rt, "CreateOptions")
-            obj = self.store.create(t.rt, t.namespace, body, dry_run=_dry_run(q))
+            obj = self.store.create(t.rt, t.namespace, body, dry_run=_dry_run(q), field_manager=_manager(request))
             return _warned(json_response(self.store.encode(obj, t.rt), status=201), warnings)
         if verb == "deletecollection":
             if t.rt.key == ("", "namespaces"):
@@ -406,7 +407,8 @@ class _Api:
         if verb == "update":
             existed = _exists(self.store, t)
             body, warnings = await self._decoded(request, rt, "UpdateOptions", sub)
-            obj = self.store.update(rt, t.namespace, name, body, sub, dry_run=_dry_run(q))
+            obj = self.store.update(rt, t.namespace, name, body, sub, dry_run=_dry_run(q),
+                                    field_manager=_manager(request))
             return _warned(json_response(self._encode(rt, obj), status=200 if existed or sub else 201), warnings)
         if verb == "patch":
             return await self._patch(request, t)
@@ -449,8 +451,9 @@ class _Api:
             view, patch_type, body, mode=mode, duplicates=await self._duplicates(request, mode),
             target=(t.namespace or "", t.name, t.rt.api_version, t.rt.kind))
         force = parse_bool("force", q.get("force")) or False
+        manager = q.get("fieldManager") if patch_type == "apply" else _manager(request)
         obj, created = self.store.patch(t.rt, t.namespace, t.name, patch_type, body, t.subresource,
-                                        q.get("fieldManager"), force, dry_run=_dry_run(q))
+                                        manager, force, dry_run=_dry_run(q))
         return _warned(json_response(self._encode(t.rt, obj), status=201 if created else 200), warnings)
 
     async def _log(self, t: Target, q: Any) -> web.Response:
@@ -589,6 +592,11 @@ def _exists(store: Store, t: Target) -> bool:
         return True
     except ApiError:
         return False
+
+
+def _manager(request: web.Request) -> str:
+    """Who makes this write, for managedFields: `fieldManager`, else the User-Agent's product."""
+    return manager_name(request.query.get("fieldManager"), request.headers.get("User-Agent"))
 
 
 def _dry_run(q: Any) -> bool:

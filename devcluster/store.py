@@ -17,8 +17,9 @@ from typing import Any
 
 import orjson
 
-from devcluster import crds, rules
+from devcluster import crds, managedfields, rules
 from devcluster.allocator import AllocationError, ServiceAllocator
+from devcluster.apply import server_side_apply
 from devcluster.defaults import apply_builtin_defaults, initial_status
 from devcluster.errors import (
     ApiError,
@@ -37,7 +38,7 @@ from devcluster.errors import (
 from devcluster.history import History
 from devcluster.objmeta import generated_name, micro_time, new_uid, rfc3339
 from devcluster.pager import Page, Pager
-from devcluster.patch import apply_patch, json_patch, merge_patch, strategic_merge_patch
+from devcluster.patch import json_patch, merge_patch, strategic_merge_patch
 from devcluster.registry import Registry, ResourceType
 from devcluster.selectors import LabelSelector, parse_field_selector, parse_label_selector
 from devcluster.validation import validate_crd, validate_object
@@ -173,8 +174,13 @@ class Store:
 
     # -- create --------------------------------------------------------------------------------
 
-    def create(self, rt: ResourceType, namespace: str | None, body: Any, *, dry_run: bool = False) -> dict[str, Any]:
-        """POST semantics (spec §4.3, §5.3). `body` is owned by the store afterwards."""
+    def create(self, rt: ResourceType, namespace: str | None, body: Any, *, dry_run: bool = False,
+               field_manager: str | None = None) -> dict[str, Any]:
+        """POST semantics (spec §4.3, §5.3). `body` is owned by the store afterwards.
+
+        With `field_manager` the write is recorded in managedFields as that manager's Update;
+        without (in-process controllers, apply-created objects) managedFields stay as given.
+        """
         obj = rules.as_object(body)
         ns = self._create_namespace(rt, namespace, obj)
         m = rules.own_meta(obj)
@@ -194,6 +200,9 @@ class Store:
         if rt.generation:
             m["generation"] = 1
         obj = self._create_defaults(rt, obj, now)
+        if field_manager is not None:
+            managedfields.record_update(rt, None, obj, manager=field_manager, subresource=None,
+                                        requested=obj["metadata"].get("managedFields"), now=now)
         self._validate(rt, obj, None)
         if (ns, m["name"]) in self._bucket(rt):
             raise already_exists(rt.resource, rt.group, m["name"])
@@ -256,34 +265,39 @@ class Store:
     # -- update --------------------------------------------------------------------------------
 
     def update(self, rt: ResourceType, namespace: str | None, name: str, body: Any,
-               subresource: str | None = None, *, dry_run: bool = False) -> dict[str, Any]:
+               subresource: str | None = None, *, dry_run: bool = False,
+               field_manager: str | None = None) -> dict[str, Any]:
         """PUT semantics (spec §4.4-§4.7, §5.4); subresource "status" or "scale" (returns a Scale)."""
         body = rules.as_object(body)
         ns = self._ns(rt, namespace)
         if subresource == "scale":
-            return self._update_scale(rt, ns, name, body, dry_run)
+            return self._update_scale(rt, ns, name, body, dry_run, field_manager)
         self._check_subresource(rt, subresource)
         rules.check_coordinates(rt, ns, name, body)
         old = self._bucket(rt).get((ns, name))
         if old is None:
             if rt.key == EVENT_KEY and subresource is None:
-                return self.create(rt, ns, body, dry_run=dry_run)
+                return self.create(rt, ns, body, dry_run=dry_run, field_manager=field_manager)
             raise not_found(rt.resource, rt.group, name)
         rv = (body.get("metadata") or {}).get("resourceVersion")
         if rt.crd and rv in (None, ""):
             raise invalid(rt.kind, rt.group, name, [FieldError(
                 "metadata.resourceVersion", "Invalid value", "must be specified for an update", "0x0", True)])
         rules.check_rv_precondition(rt, old, rv)
-        return self._apply_update(rt, old, body, subresource, dry_run)
+        return self._apply_update(rt, old, body, subresource, dry_run, field_manager)
 
     def _apply_update(self, rt: ResourceType, old: dict[str, Any], body: dict[str, Any],
-                      subresource: str | None, dry_run: bool) -> dict[str, Any]:
+                      subresource: str | None, dry_run: bool, field_manager: str | None = None) -> dict[str, Any]:
+        requested = (body.get("metadata") or {}).get("managedFields")
         if subresource == "status":
             new = rules.status_only(rt, old, body)
             if rt.crd:
                 new = crds.prepare_cr(rt, new)
         else:
             new = self._prepare_main(rt, old, body)
+        if field_manager is not None:
+            managedfields.record_update(rt, old, new, manager=field_manager, subresource=subresource,
+                                        requested=requested, now=self._clock())
         self._validate(rt, new, old)
         return self._write(rt, old, new, dry_run)
 
@@ -305,7 +319,7 @@ class Store:
     def _write(self, rt: ResourceType, old: dict[str, Any], new: dict[str, Any], dry_run: bool) -> dict[str, Any]:
         """Commit an update: nothing for a no-op, removal when the last finalizer went (§4.7)."""
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
-        if rules.same_content(old, new):
+        if rules.same_content(old, new) and _same_ownership(old, new):
             return old
         if dry_run:
             return new
@@ -318,7 +332,8 @@ class Store:
             self.registry.register_crd(stored)
         return stored
 
-    def _update_scale(self, rt: ResourceType, ns: str, name: str, body: dict[str, Any], dry_run: bool) -> dict[str, Any]:
+    def _update_scale(self, rt: ResourceType, ns: str, name: str, body: dict[str, Any], dry_run: bool,
+                      field_manager: str | None = None) -> dict[str, Any]:
         if not rt.scale:
             raise not_found(rt.resource, rt.group, name)
         old = self.get(rt, ns, name)
@@ -326,6 +341,9 @@ class Store:
         replicas = rules.scale_replicas(rt, name, body)
         new = rules.with_replicas(rt, old, replicas)
         rules.set_generation(rt, old, new)
+        if field_manager is not None:
+            managedfields.record_update(rt, old, new, manager=field_manager, subresource="scale",
+                                        requested=None, now=self._clock())
         self._validate(rt, new, old)
         return rules.to_scale(rt, self._write(rt, old, new, dry_run))
 
@@ -344,23 +362,32 @@ class Store:
     def patch(self, rt: ResourceType, namespace: str | None, name: str, patch_type: str, patch_body: Any,
               subresource: str | None = None, field_manager: str | None = None, force: bool = False,
               *, dry_run: bool = False) -> tuple[dict[str, Any], bool]:
-        """PATCH semantics (spec §5.5): returns (result, created). Apply creates when absent."""
+        """PATCH semantics (spec §5.5): returns (result, created). Apply creates when absent.
+
+        `field_manager` names the writer in managedFields (required for apply, where `force`
+        takes over conflicting fields); None leaves managedFields as they are.
+        """
         ns = self._ns(rt, namespace)
         fn = self._patch_fn(rt, patch_type, patch_body, field_manager)
         old = self._bucket(rt).get((ns, name))
         if old is None:
             if patch_type == "apply" and subresource is None:
-                return self._apply_create(rt, ns, name, patch_body, dry_run), True
+                return self._apply_create(rt, ns, name, patch_body, field_manager or "", dry_run), True
             raise not_found(rt.resource, rt.group, name)
         if subresource == "scale":
             if not rt.scale:
                 raise not_found(rt.resource, rt.group, name)
             scale = fn(rules.to_scale(rt, old), patch_body)
-            return self._update_scale(rt, ns, name, _copy(scale), dry_run), False
+            return self._update_scale(rt, ns, name, _copy(scale), dry_run, field_manager), False
         self._check_subresource(rt, subresource)
+        if patch_type == "apply":
+            patched = _copy(server_side_apply(rt, old, _copy(patch_body), manager=field_manager or "", force=force,
+                                              now=self._clock(), subresource=subresource))
+            self._check_patched(rt, old, patched)
+            return self._apply_update(rt, old, patched, subresource, dry_run), False
         patched = _copy(fn(old, patch_body))
         self._check_patched(rt, old, patched)
-        return self._apply_update(rt, old, patched, subresource, dry_run), False
+        return self._apply_update(rt, old, patched, subresource, dry_run, field_manager), False
 
     def _patch_fn(self, rt: ResourceType, patch_type: str, body: Any,
                   field_manager: str | None) -> Callable[[Any, Any], Any]:
@@ -382,7 +409,7 @@ class Store:
                     "fieldManager", "Required value", "is required for apply patch")])
             if not isinstance(body, dict):
                 raise invalid_patch()
-            return apply_patch
+            return merge_patch  # only for the Scale view; objects go through server_side_apply
         raise unsupported_media(_STRATEGIC_415)
 
     def _check_patched(self, rt: ResourceType, old: dict[str, Any], patched: Any) -> None:
@@ -398,10 +425,12 @@ class Store:
                            f"Precondition failed: UID in precondition: {pm.get('uid')}, UID in object meta: {om['uid']}")
         rules.check_rv_precondition(rt, old, pm.get("resourceVersion"))
 
-    def _apply_create(self, rt: ResourceType, ns: str, name: str, body: Any, dry_run: bool) -> dict[str, Any]:
+    def _apply_create(self, rt: ResourceType, ns: str, name: str, body: Any, manager: str,
+                      dry_run: bool) -> dict[str, Any]:
         obj = _copy(rules.as_object(body))
         rules.check_coordinates(rt, ns, name, obj)
         rules.own_meta(obj)["name"] = name
+        obj = _copy(server_side_apply(rt, None, obj, manager=manager, force=False, now=self._clock()))
         return self.create(rt, ns or None, obj, dry_run=dry_run)
 
     # -- delete --------------------------------------------------------------------------------
@@ -845,6 +874,11 @@ class Store:
                 cb(ev)
             except Exception:  # a listener bug must not fail the write that already happened
                 log.exception("store listener failed event=%r", ev)
+
+
+def _same_ownership(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """managedFields unchanged: a write that only hands fields over is still a write."""
+    return old["metadata"].get("managedFields") == new["metadata"].get("managedFields")
 
 
 def _controller_uid(obj: dict[str, Any]) -> str:

@@ -6,8 +6,10 @@ import copy
 
 import pytest
 
+from devcluster.apply import merge_applied
 from devcluster.errors import ApiError
-from devcluster.patch import apply_patch, json_patch, merge_patch, strategic_merge_patch
+from devcluster.managedfields import Shape
+from devcluster.patch import json_patch, merge_patch, strategic_merge_patch
 
 POD = {
     "apiVersion": "v1",
@@ -258,13 +260,13 @@ def test_smp_bad_bodies(patch, code, message):
     assert (err.value.code, err.value.message) == (code, message)
 
 
-# --------------------------------------------------------------------------- apply
+# --------------------------------------------------------------------------- apply merge
 
 def test_apply_merges_maps_keeps_absent_keys_and_merges_keyed_lists():
     before = copy.deepcopy(POD)
-    result = apply_patch(POD, {"metadata": {"labels": {"tier": "fe"}},
-                               "spec": {"containers": [{"name": "main", "image": "img:3"}],
-                                        "tolerations": [{"key": "k9"}]}})
+    result = merge_applied(POD, {"metadata": {"labels": {"tier": "fe"}},
+                                 "spec": {"containers": [{"name": "main", "image": "img:3"}],
+                                          "tolerations": [{"key": "k9"}]}}, Shape())
     assert POD == before
     assert result["metadata"]["labels"] == {"app": "web", "tier": "fe"}
     assert result["metadata"]["finalizers"] == ["a/x"]
@@ -274,15 +276,20 @@ def test_apply_merges_maps_keeps_absent_keys_and_merges_keyed_lists():
     assert result["spec"]["volumes"] is POD["spec"]["volumes"]
 
 
-def test_apply_creates_from_nothing_and_null_removes():
-    assert apply_patch(None, {"a": {"b": 1}}) == {"a": {"b": 1}}
-    assert apply_patch({"a": {"b": 1, "c": 2}}, {"a": {"b": None}}) == {"a": {"c": 2}}
+def test_apply_merge_creates_from_nothing_and_null_removes():
+    assert merge_applied({}, {"a": {"b": 1, "n": None}}, Shape()) == {"a": {"b": 1}}
+    assert merge_applied({"a": {"b": 1, "c": 2}}, {"a": {"b": None}}, Shape()) == {"a": {"c": 2}}
 
 
-def test_apply_body_must_be_an_object():
-    with pytest.raises(ApiError) as err:
-        apply_patch({}, [1])
-    assert (err.value.code, err.value.message) == (400, "apply patch body must be an object")
+@pytest.mark.parametrize(("live", "config", "expected"), [
+    pytest.param(["a", "b"], ["c"], ["a", "b", "c"], id="new-item-after-live-only-items"),
+    pytest.param(["a", "b"], ["c", "b"], ["a", "c", "b"], id="new-item-before-the-shared-one-it-precedes"),
+    pytest.param(["a", "b", "c"], ["c", "a"], ["b", "c", "a"], id="shared-items-in-config-order-live-only-kept-in-place"),
+])
+def test_apply_merge_list_order(live, config, expected):
+    target = {"spec": {"containers": [{"name": n} for n in live]}}
+    result = merge_applied(target, {"spec": {"containers": [{"name": n} for n in config]}}, Shape())
+    assert [c["name"] for c in result["spec"]["containers"]] == expected
 
 
 @pytest.mark.parametrize(("original", "patch", "expected"), [

@@ -215,7 +215,7 @@ def test_apply_creates_and_merges(store: Store) -> None:
     obj, created = store.patch(cms, "default", "c", "apply", body, field_manager="me")
     assert created and obj["data"] == {"a": "1"}
     obj, created = store.patch(cms, "default", "c", "apply", {"metadata": {"name": "c"}, "data": {"b": "2"}},
-                               field_manager="me")
+                               field_manager="other")  # `a` stays: "me" still owns it
     assert not created and obj["data"] == {"a": "1", "b": "2"}
     assert err(store.patch, cms, "default", "c", "apply", body).code == 422  # fieldManager required
 

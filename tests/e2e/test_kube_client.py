@@ -127,7 +127,10 @@ async def test_apply_patch_creates_then_merges(kube):
     assert created["data"] == {"a": "1"}
     updated = await kube.patch(CONFIGMAPS, "applied", cm("applied", {"b": "2"}), namespace=NS,
                                patch_type="apply", field_manager="sedna-gm", force=True)
-    assert updated["data"] == {"a": "1", "b": "2"}
+    assert updated["data"] == {"b": "2"}  # the applier dropped `a`, which nobody else owns
+    shared = await kube.patch(CONFIGMAPS, "applied", cm("applied", {"c": "3"}), namespace=NS,
+                              patch_type="apply", field_manager="other")
+    assert shared["data"] == {"b": "2", "c": "3"}
 
 
 async def test_watch_streams_changes_and_bookmarks_then_ends(kube):
