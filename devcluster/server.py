@@ -123,7 +123,7 @@ class _Api:
         api = self._views.get(key)
         if api is None:
             api = _Api(views.ViewStore(self.store, rt), self.faults, self.log_source,  # type: ignore[arg-type]
-                       self.health, self.tokens)
+                       self.health, self.tokens, self.access)
             api._streams = self._streams
             self._views[key] = api
         return api

@@ -56,15 +56,21 @@ def _without_nulls(value):
     return value
 
 
+def _with_flags(command, *flags):
+    """`flags` before a `--` (what follows it is the container's command line)."""
+    cut = command.index("--") if "--" in command else len(command)
+    return [*command[:cut], *flags, *command[cut:]]
+
+
 @pytest.mark.parametrize(("command", "get"), COMMANDS)
 async def test_typed_create_stores_every_field_kubectl_sent(kubectl, command, get):
-    rc, out, err = await kubectl(*command, "--dry-run=client", "-o", "json")
+    rc, out, err = await kubectl(*_with_flags(command, "--dry-run=client", "-o", "json"))
     if rc != 0 and _NOT_SERVED in err:
         pytest.skip(f"the dev cluster does not serve {get[0]} yet")
     assert rc == 0, err
     sent = _without_nulls(orjson.loads(out))
 
-    rc, out, err = await kubectl(*command, "-v=8")
+    rc, out, err = await kubectl(*_with_flags(command, "-v=8"))
     if rc != 0 and _NOT_SERVED in err:
         pytest.skip(f"the dev cluster does not serve {get[0]} yet")
     assert rc == 0, err
@@ -88,7 +94,8 @@ async def test_autoscale_sends_a_protobuf_horizontal_pod_autoscaler(kubectl):
     if rc != 0 and _NOT_SERVED in err:
         pytest.skip("the dev cluster does not serve horizontalpodautoscalers yet")
     assert rc == 0 and f"Content-Type: {CONTENT_TYPE}" in err, err
-    rc, out, err = await kubectl("get", "hpa", "web", "-o", "json")
+    # kubectl sent autoscaling/v1; `kubectl get hpa` reads the preferred v2, so read v1 itself
+    rc, out, err = await kubectl("get", "--raw", "/apis/autoscaling/v1/namespaces/default/horizontalpodautoscalers/web")
     assert rc == 0, err
     assert match({k: v for k, v in sent.items() if k != "status"}, orjson.loads(out)) == []
 
