@@ -184,3 +184,18 @@ async def test_chart_passes_helm_lint_and_validation_against_the_dev_cluster(cha
     assert "kind: DaemonSet" in out and "kind: ClusterRole" in out
     rc, out, err = await helm("lint", CHART.as_posix())
     assert rc == 0, out + err
+
+
+async def test_token_review_mode_the_lc_proves_its_node_with_a_projected_token(chart_cluster, helm, caplog):
+    """auth.tokenReview: the LC's projected token (audience sedna-gm) reaches the GM, which
+    reviews it under the chart's RBAC (tokenreviews create) and admits the LC as its node."""
+    dc = chart_cluster
+    caplog.set_level(logging.INFO, logger="devcluster.access")
+    gm_port, lc_port = free_port(), free_port()
+    rc, out, err = await helm("install", "sedna", *_install_args(gm_port, lc_port),
+                              "--set", "auth.tokenReview.enabled=true")
+    assert rc == 0, out + err
+    await _installed(dc, lc_port)
+    [lc] = _items(dc, "pods", selector="sedna=lc")
+    assert lc["spec"]["serviceAccountName"] == "sedna-lc"
+    assert _forbidden_for_gm(caplog) == []
