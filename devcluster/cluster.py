@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from devcluster import bootstrap_policy, servingcert
+from devcluster import bootstrap_policy, servingcert, views
 from devcluster.controllers.base import Controller
 from devcluster.controllers.daemonset import DaemonSetController
 from devcluster.controllers.deployment import DeploymentController
@@ -212,7 +212,8 @@ class DevCluster:
                 if rt is None:
                     raise ValueError(f"{path}: no resource serves {doc.get('apiVersion')} {doc.get('kind')}")
                 namespace = (doc.get("metadata") or {}).get("namespace") or "default"
-                obj = self.store.create(rt, namespace if rt.namespaced else None, doc)
+                target = views.ViewStore(self.store, rt) if views.is_view(rt) else self.store
+                obj = target.create(rt, namespace if rt.namespaced else None, doc)
                 created.append(f"{rt.kind}/{obj['metadata']['name']}")
         return created
 

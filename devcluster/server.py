@@ -505,14 +505,14 @@ class _Api:
             await resp.write(_error_line(too_old(rv or 0, self.store.compacted + 1)))
             await resp.write_eof()
             return resp
-        return await self._stream(request, resp, w, t.rt, wants_table(accept))
+        return await self._stream(request, resp, w, t.rt, wants_table(accept), q.get("includeObject"))
 
     async def _stream(self, request: web.Request, resp: web.StreamResponse, w: Any, rt: ResourceType,
-                      table: bool) -> web.StreamResponse:
+                      table: bool, include_object: str | None = None) -> web.StreamResponse:
         transport = request.transport
         w.alive = lambda: transport is not None and not transport.is_closing()
         drop = self.faults.watch_drop_after
-        encode = self._event_encoder(rt, table)
+        encode = self._event_encoder(rt, table, include_object)
         self._streams.add(w)
         try:
             async with asyncio.timeout(drop):
@@ -537,7 +537,8 @@ class _Api:
             pass  # the client left between the last event and the terminator
         return resp
 
-    def _event_encoder(self, rt: ResourceType, table: bool) -> Callable[[WatchEvent], bytes]:
+    def _event_encoder(self, rt: ResourceType, table: bool,
+                       include_object: str | None = None) -> Callable[[WatchEvent], bytes]:
         store = self.store
 
         def encode_obj(obj: dict[str, Any]) -> bytes:
@@ -549,7 +550,8 @@ class _Api:
         def as_table(ev: WatchEvent) -> bytes:
             if ev.type == "BOOKMARK":
                 return ev.line()
-            t = tables.to_table(rt, [ev.obj], resource_version=str(ev.rv), now=time.time())
+            t = tables.to_table(rt, [ev.obj], resource_version=str(ev.rv), now=time.time(),
+                                include_object=include_object)
             return orjson.dumps({"type": ev.type, "object": t}) + b"\n"
         return as_table if table else plain
 

@@ -125,6 +125,8 @@ INITIAL_STATUS: dict[tuple[str, str], Callable[[], dict[str, Any]]] = {
     ("apps", "daemonsets"): _daemonset_status,
     ("batch", "jobs"): dict,
     ("batch", "cronjobs"): dict,
+    # autoscaling/v2 status.desiredReplicas is not omitempty: a new HPA shows 0 (typed clients require it)
+    ("autoscaling", "horizontalpodautoscalers"): lambda: {"desiredReplicas": 0},
 }
 
 

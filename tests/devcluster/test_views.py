@@ -140,3 +140,30 @@ async def test_namespaces_discovery_has_no_collection_delete(cluster):
     assert (code, status["reason"]) == (405, "MethodNotAllowed")
     code, _ = await _req(cluster, "GET", "/api/v1/namespaces/default")
     assert code == 200  # nothing was deleted
+
+
+async def test_watch_through_a_view_streams_the_view_shape(cluster):
+    core = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "w1"}, "reason": "Seen", "message": "hello",
+            "type": "Normal", "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"}}
+    async with aiohttp.ClientSession() as s:
+        async with s.get(cluster.url + EVENTS_V1 + "?watch=true&fieldSelector=metadata.name%3Dw1",
+                         timeout=aiohttp.ClientTimeout(total=10)) as resp:
+            assert resp.status == 200
+            code, _ = await _req(cluster, "POST", CORE_EVENTS, core)
+            assert code == 201
+            line = json.loads(await resp.content.readline())
+    assert line["type"] == "ADDED"
+    assert (line["object"]["apiVersion"], line["object"]["note"]) == ("events.k8s.io/v1", "hello")
+    assert "message" not in line["object"]
+
+
+async def test_manifest_written_through_a_view_is_stored_in_the_storage_shape(cluster, tmp_path):
+    path = tmp_path / "hpa.yaml"
+    path.write_text(json.dumps({
+        "apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "m"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "m"},
+                 "maxReplicas": 2, "targetCPUUtilizationPercentage": 40}}))
+    assert cluster.apply_manifests(path) == ["HorizontalPodAutoscaler/m"]
+    code, v2 = await _req(cluster, "GET", f"{HPA_V2}/m")
+    assert (code, v2["apiVersion"]) == (200, "autoscaling/v2")
+    assert v2["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"] == 40
