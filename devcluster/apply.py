@@ -55,14 +55,15 @@ def server_side_apply(rt: Any, live: dict[str, Any] | None, config: dict[str, An
     applied = field_set(tracked(rt, config, subresource), shape)
     merged = merge_applied(live or {}, config, shape)
     if previous is not None:
-        merged = _prune(merged, previous.fields - applied, others, shape, crd=rt.crd)
+        merged = _prune(merged, previous.fields - applied, [applied, *(e.fields for e in others)], shape,
+                        crd=rt.crd)
     diff = compare(tracked(rt, live, subresource), tracked(rt, merged, subresource), shape)
     changed = diff.added | diff.modified
     conflicts = [(e, p) for e in others for p in e.fields & changed]
     if conflicts and not force:
         raise conflict_error(conflicts)
     for e in others:
-        e.fields -= changed | diff.removed
+        e.take(changed | diff.removed)
     mine.fields = applied
     mine.time = previous.time if previous is not None and diff.empty() else rfc3339(now)
     merged = {**merged, "metadata": dict(merged.get("metadata") or {})}
@@ -147,10 +148,11 @@ def _merge_list(live: list, config: list, shape: Shape) -> list:
 # --------------------------------------------------------------------------- removal
 
 
-def _prune(merged: dict[str, Any], dropped: set[Path], others: list[Entry], shape: Shape, *,
+def _prune(merged: dict[str, Any], dropped: set[Path], owned: list[set[Path]], shape: Shape, *,
            crd: bool) -> dict[str, Any]:
-    """Remove the fields the applier dropped, unless another manager owns them or something under them."""
-    held = {p[:i] for e in others for p in e.fields for i in range(1, len(p) + 1)}
+    """Remove the fields the applier dropped, unless someone (the applier's new set included)
+    still owns them or something under them."""
+    held = {p[:i] for fields in owned for p in fields for i in range(1, len(p) + 1)}
     doomed = sorted((p for p in dropped if p not in held), key=len)
     if not doomed:
         return merged

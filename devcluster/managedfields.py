@@ -253,6 +253,8 @@ def compare(old: Any, new: Any, shape: Shape) -> Comparison:
 
 
 def _compare(old: Any, new: Any, shape: Shape, path: Path, out: Comparison) -> None:
+    if old is new or (type(old) is type(new) and isinstance(old, (dict, list)) and old == new):
+        return  # the common case: most of an object is untouched by a write
     if isinstance(old, dict) and isinstance(new, dict) and (old or new) and not shape.atomic_map():
         for k in (*old.keys(), *(k for k in new if k not in old)):
             p, child = (*path, "f:" + k), shape.child(k)
@@ -276,7 +278,7 @@ def _compare_lists(old: list, new: list, shape: Shape, path: Path, out: Comparis
         if el not in before:
             out.added.add(p)
             _walk_added_children(item, item_shape, p, out.added)
-        elif isinstance(item, dict) and isinstance(before[el], dict):
+        elif isinstance(item, dict) and isinstance(before[el], dict) and item != before[el]:
             for k in (*before[el].keys(), *(k for k in item if k not in before[el])):
                 sub = (*p, "f:" + k)
                 if k not in before[el]:
@@ -311,6 +313,10 @@ def _element_rank(el: str) -> tuple[int, str]:
     return ("fkvi".find(el[0]) if el != "." else -1, el)
 
 
+# Plain string order puts "." first and `f:` before `k:`/`v:`, which is the real order for every
+# node but one mixing `i:` with `k:`/`v:` items (a keyed list with items lacking their key).
+
+
 def encode_fields(paths: Iterable[Path]) -> dict[str, Any]:
     """A set of paths as a FieldsV1 tree: members with children carry `.`; leaves are `{}`."""
     root: dict[str, Any] = {}
@@ -325,7 +331,7 @@ def encode_fields(paths: Iterable[Path]) -> dict[str, Any]:
 def _finish(node: dict[str, Any]) -> dict[str, Any]:
     if set(node) == {"."}:
         return {}
-    return {k: ({} if k == "." else _finish(v)) for k, v in sorted(node.items(), key=lambda kv: _element_rank(kv[0]))}
+    return {k: ({} if k == "." else _finish(node[k])) for k in sorted(node)}
 
 
 def decode_fields(tree: Any, path: Path = ()) -> set[Path]:
@@ -359,6 +365,7 @@ class Entry:
     time: str | None
     fields: set[Path]
     subresource: str = ""
+    raw: dict[str, Any] | None = None  # the JSON this entry was decoded from, while unchanged
 
     @property
     def ident(self) -> tuple[str, str, str, str]:
@@ -375,7 +382,15 @@ class Entry:
             text += f" using {self.api_version}"
         return text
 
+    def take(self, paths: set[Path]) -> None:
+        """Lose ownership of `paths`."""
+        if not self.fields.isdisjoint(paths):
+            self.fields = self.fields - paths
+            self.raw = None
+
     def to_json(self) -> dict[str, Any]:
+        if self.raw is not None:
+            return self.raw
         out: dict[str, Any] = {"manager": self.manager, "operation": self.operation, "apiVersion": self.api_version}
         if self.time:
             out["time"] = self.time
@@ -399,7 +414,7 @@ def decode_entries(raw: Any) -> list[Entry]:
         if e.get("fieldsType", "FieldsV1") != "FieldsV1":
             raise ValueError(f"unsupported fieldsType {e.get('fieldsType')!r}")
         out.append(Entry(str(e.get("manager", "")), e["operation"], str(e.get("apiVersion", "")), e.get("time"),
-                         decode_fields(e.get("fieldsV1") or {}), str(e.get("subresource") or "")))
+                         decode_fields(e.get("fieldsV1") or {}), str(e.get("subresource") or ""), e))
     return out
 
 
@@ -464,9 +479,10 @@ def record_update(rt: Any, old: dict[str, Any] | None, new: dict[str, Any], *, m
     mine = Entry(manager, "Update", rt.api_version, None, set(), subresource or "")
     if not diff.empty():
         taken = diff.added | diff.modified
+        lost = taken | diff.removed
         for e in entries:
             if e.ident != mine.ident:
-                e.fields -= taken | diff.removed
+                e.take(lost)
         current = next((e for e in entries if e.ident == mine.ident), None)
         if current is None:
             entries.append(mine)
@@ -474,6 +490,7 @@ def record_update(rt: Any, old: dict[str, Any] | None, new: dict[str, Any], *, m
         current.fields = (current.fields - diff.removed) | taken
         current.time = rfc3339(now)
         current.api_version = rt.api_version
+        current.raw = None
     new["metadata"]["managedFields"] = encode_entries(entries)
     if not new["metadata"]["managedFields"]:
         del new["metadata"]["managedFields"]

@@ -150,3 +150,18 @@ def _sedna_objects(cluster):
         if rt.group == "sedna.io" and rt.storage:
             for obj in cluster.store.list(rt, None)[0]:
                 yield f"{rt.kind}/{obj['metadata']['name']}", obj
+
+
+async def test_kubectl_moves_client_side_apply_ownership_to_server_side_apply(kubectl, cluster):
+    await _ok(kubectl, "apply", "-f", "-", stdin=_deploy(replicas=2))
+    # Before any server-side apply, the client-side-apply manager owns replicas: a change conflicts.
+    rc, _, err = await kubectl("apply", "--server-side", "-f", "-", stdin=_deploy(replicas=3))
+    assert rc != 0 and 'conflict with "kubectl-client-side-apply" using apps/v1: .spec.replicas' in err, err
+    # An apply that agrees succeeds; kubectl then hands the client-side fields to its applier
+    # (a JSON patch on managedFields), after which a change no longer conflicts.
+    await _ok(kubectl, "apply", "--server-side", "-f", "-", stdin=_deploy(replicas=2))
+    managers = {(m["manager"], m["operation"]) for m in _get(cluster)["metadata"]["managedFields"]}
+    assert ("kubectl", "Apply") in managers
+    assert ("kubectl-client-side-apply", "Update") not in managers
+    await _ok(kubectl, "apply", "--server-side", "-f", "-", stdin=_deploy(replicas=3))
+    assert _get(cluster)["spec"]["replicas"] == 3
