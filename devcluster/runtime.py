@@ -8,11 +8,23 @@ The image map (YAML or JSON) says which images run locally and how:
       args: append        # append (default) | ignore
       cwd: /path/to/dir   # default: the dev cluster's working directory
       env: {EXTRA: "1"}
+    sedna-py:0.1.0:
+      command: ["python", "-m", "gm.cli"]
+      programs:           # programs inside the image a container's `command` may name
+        sedna-gm: ["python", "-m", "gm.cli"]
+        sedna-lc: ["python", "-m", "lc.cli"]
 
 How a container becomes a command line: the mapped command plays the image's entrypoint.
-A container's `command` names a program inside the image, which does not exist locally, so
-it is ignored; its `args` are appended (unless the entry says `args: ignore`), as a
-container runtime appends `args` to the entrypoint. The process gets the dev cluster's
+A container's `command` names a program inside the image, which does not exist locally: if
+the entry maps that program (`programs`), the local command replaces it and the rest of the
+container's `command` follows; otherwise the `command` is ignored. The container's `args`
+are appended (unless the entry says `args: ignore`), as a container runtime appends `args`
+to the entrypoint.
+
+With a `Projector` (devcluster/projection.py) the runtime also gives the process what the
+kubelet gives a container: its volumes as per-pod directories, the service-account mount,
+KUBERNETES_SERVICE_HOST/PORT, and paths and Service names in its env and arguments
+rewritten to what exists on this host. The process gets the dev cluster's
 own environment (so PATH and PYTHONPATH work), then the entry's `env`, then the
 container's resolved env (which includes NODE_NAME, POD_NAME, POD_NAMESPACE).
 
@@ -42,6 +54,7 @@ import yaml
 
 from devcluster.controllers.meta import now_time
 from devcluster.controllers.podstatus import ContainerRun
+from devcluster.projection import Projector
 from devcluster.supervisor import Supervised, Supervisor
 
 log = logging.getLogger("devcluster.runtime")
@@ -60,6 +73,7 @@ class ImageEntry:
     append_args: bool = True
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    programs: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def parse_image_map(data: Any) -> dict[str, ImageEntry]:
@@ -88,7 +102,21 @@ def _entry(image: str, raw: Any) -> ImageEntry:
     cwd = raw.get("cwd")
     if cwd is not None and not isinstance(cwd, str):
         raise ImageMapError(f"{image}: cwd must be a string")
-    return ImageEntry(tuple(cmd), mode == "append", cwd, {str(k): str(v) for k, v in env.items()})
+    return ImageEntry(tuple(cmd), mode == "append", cwd, {str(k): str(v) for k, v in env.items()},
+                      _programs(image, raw.get("programs")))
+
+
+def _programs(image: str, raw: Any) -> dict[str, tuple[str, ...]]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ImageMapError(f"{image}: programs must map a program name to a command list")
+    out = {}
+    for name, cmd in raw.items():
+        if not isinstance(cmd, list) or not cmd or not all(isinstance(a, str) for a in cmd):
+            raise ImageMapError(f"{image}: programs.{name} must be a non-empty list of strings")
+        out[str(name)] = tuple(cmd)
+    return out
 
 
 def load_image_map(path: str | os.PathLike[str]) -> dict[str, ImageEntry]:
@@ -106,7 +134,9 @@ def load_image_map(path: str | os.PathLike[str]) -> dict[str, ImageEntry]:
 
 def command_line(entry: ImageEntry, container: dict[str, Any]) -> list[str]:
     """The local argv for a container (see the module docstring)."""
-    argv = list(entry.command)
+    command = [str(a) for a in container.get("command") or []]
+    program = entry.programs.get(command[0]) if command else None
+    argv = [*program, *command[1:]] if program is not None else list(entry.command)
     if entry.append_args:
         argv += [str(a) for a in container.get("args") or []]
     return argv
@@ -161,8 +191,10 @@ class ProcessRuntime:
 
     def __init__(self, image_map: dict[str, ImageEntry], *, supervisor: Supervisor,
                  on_change: Callable[[str, str], None] | None = None,
-                 log_limit: int = DEFAULT_LOG_LIMIT, backoff_base: float = 0.5, backoff_max: float = 10.0):
+                 log_limit: int = DEFAULT_LOG_LIMIT, backoff_base: float = 0.5, backoff_max: float = 10.0,
+                 projector: Projector | None = None):
         self.image_map = image_map
+        self.projector = projector  # volumes, service-account mount, API address; None = env only
         self.supervisor = supervisor
         self.on_change = on_change or (lambda ns, name: None)
         self.log_limit = log_limit
@@ -189,15 +221,18 @@ class ProcessRuntime:
         return list(self._pods)
 
     def start(self, pod: dict[str, Any], env: dict[str, str]) -> None:
-        """Start the pod's first container; a no-op if it was started before."""
+        """Start the pod's first container; a no-op if it was started before.
+
+        Raises `ProjectionError` (an `EnvError`) when a volume cannot be projected."""
         meta = pod["metadata"]
         if meta["uid"] in self._pods:
             return
         c = pod["spec"]["containers"][0]
         entry = self.image_map[c["image"]]
+        argv, full_env = self._process_view(pod, c, command_line(entry, c), {**entry.env, **env})
         pp = _PodProcess(
             uid=meta["uid"], namespace=meta["namespace"], name=meta["name"], container=c.get("name", ""),
-            argv=command_line(entry, c), env={**os.environ, **entry.env, **env}, cwd=entry.cwd,
+            argv=argv, env=full_env, cwd=entry.cwd,
             restart_policy=pod["spec"].get("restartPolicy", "Always"), log=LogBuffer(self.log_limit),
         )
         self._pods[pp.uid] = pp
@@ -205,6 +240,25 @@ class ProcessRuntime:
         pp.supervised = self.supervisor.spawn(
             f"pod:{pp.namespace}/{pp.name}@{pp.uid}", lambda: self._supervise(pp), component="process-runtime",
             restart=False, on_exit=lambda error, pp=pp: self._task_done(pp, error))
+
+    def _process_view(self, pod: dict[str, Any], container: dict[str, Any], argv: list[str],
+                      env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+        """argv and the full environment as the process must see them (see projection.py)."""
+        if self.projector is None:
+            return argv, {**os.environ, **env}
+        projection = self.projector.prepare(pod, container)
+        ns = pod["metadata"]["namespace"]
+
+        def local(value: str) -> str:
+            return projection.rewrite(self.projector.resolve(ns, value))  # type: ignore[union-attr]
+
+        argv = [argv[0], *(local(a) for a in argv[1:])] if argv else argv
+        own = {**projection.env, **{k: local(v) for k, v in env.items()}}
+        return argv, {**os.environ, **own, **projection.process_env()}
+
+    def node_root(self, node: str) -> str | None:
+        """The host directory playing `node`'s root filesystem (None without a projector)."""
+        return str(self.projector.node_root(node)) if self.projector is not None else None
 
     def stop(self, uid: str, grace: float) -> None:
         """SIGTERM the process now and SIGKILL it after `grace` seconds; no more restarts."""
@@ -222,6 +276,8 @@ class ProcessRuntime:
         pp = self._pods.get(uid)
         if pp is not None and (pp.task is None or pp.task.done()):
             del self._pods[uid]
+            if self.projector is not None:
+                self.projector.release(uid)
 
     def logs(self, namespace: str, name: str, container: str | None = None) -> bytes | None:
         """Output of the pod's process, or None if this runtime never ran that pod."""

@@ -7,7 +7,14 @@ exactly as they would across machines). The example images are mapped to
 examples/workers/sim.py by the dev cluster's process runtime, so the workers really POST
 to the LC of their node. The kubeconfig for kubectl is written to .devcluster/kubeconfig.
 
-    .venv/bin/python examples/devrun.py [--no-examples]
+With `--install helm` (`make run INSTALL=helm`) the GM and the LC are not started here:
+`helm install sedna charts/sedna` installs them as on a real cluster (CRDs, RBAC, the GM
+Deployment on the cloud node, the LC DaemonSet), and the dev cluster's process runtime runs
+their pods as `python -m gm.cli` / `python -m lc.cli` under the chart's ServiceAccount. All
+pods share this host's network, so one LC port exists per host: the chart's LC is placed on
+edge-node-1 only.
+
+    .venv/bin/python examples/devrun.py [--no-examples] [--install direct|helm]
 """
 
 from __future__ import annotations
@@ -17,7 +24,9 @@ import asyncio
 import contextlib
 import errno
 import logging
+import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -41,6 +50,9 @@ PORT_TRIES = 20
 GM_PORT = 9000
 LC_PORTS = {"edge-node-1": 9100, "edge-node-2": 9101}
 STATE = ROOT / ".devcluster"
+HELM = ROOT / ".venv" / "bin" / "helm"
+HELM_TIMEOUT = 180.0
+CHART_IMAGE = "sedna-py:0.1.0"  # values.yaml image.repository:image.tag
 
 
 async def start_cluster(**options) -> DevCluster:
@@ -73,14 +85,42 @@ def image_map() -> dict:
     return {image: sim for image in images}
 
 
+def write_datasets(rootfs: Path, node: str) -> None:
+    """The example Datasets' index files, as the node would hold them."""
+    (rootfs / "data").mkdir(parents=True, exist_ok=True)
+    dataset = rootfs / "data" / ("1.txt" if node.endswith("1") else "2.txt")
+    if not dataset.exists():
+        dataset.write_text("".join(f"images/{i}.jpg {i % 2}\n" for i in range(50 if node.endswith("1") else 80)))
+
+
+def chart_images() -> dict:
+    """The chart's image: its programs sedna-gm and sedna-lc run from this checkout."""
+    return {CHART_IMAGE: {"command": [sys.executable, "-m", "gm.cli"], "cwd": str(ROOT),
+                          "programs": {"sedna-gm": [sys.executable, "-m", "gm.cli"],
+                                       "sedna-lc": [sys.executable, "-m", "lc.cli"]}}}
+
+
+def helm_install(kubeconfig: Path) -> None:
+    """`helm install sedna charts/sedna` on the dev cluster (the LC on edge-node-1)."""
+    if not os.access(HELM, os.X_OK):
+        raise OSError(f"{HELM} is missing: run `make helm` (make run INSTALL=helm does)")
+    home = STATE / "helm"
+    env = {**os.environ, "HELM_CACHE_HOME": str(home / "cache"), "HELM_CONFIG_HOME": str(home / "config"),
+           "HELM_DATA_HOME": str(home / "data")}
+    cmd = [str(HELM), "--kubeconfig", str(kubeconfig), "upgrade", "--install", "sedna", str(ROOT / "charts" / "sedna"),
+           "--namespace", "sedna", "--create-namespace", "--set", f"gm.config.websocket.port={GM_PORT}",
+           "--set", f"lc.bindPort={LC_PORTS['edge-node-1']}", "--set", "gm.config.log.format=text",
+           "--set-json", 'lc.nodeSelector={"kubernetes.io/hostname":"edge-node-1"}']
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=HELM_TIMEOUT, check=False)
+    if done.returncode != 0:
+        raise OSError(f"helm install failed: {done.stderr.strip() or done.stdout.strip()}")
+
+
 async def start_lcs() -> list[LocalController]:
     lcs = []
     for node, port in LC_PORTS.items():
         rootfs = STATE / f"rootfs-{node}"
-        (rootfs / "data").mkdir(parents=True, exist_ok=True)
-        dataset = rootfs / "data" / ("1.txt" if node.endswith("1") else "2.txt")
-        if not dataset.exists():  # the example Datasets' index files, as a node would hold them
-            dataset.write_text("".join(f"images/{i}.jpg {i % 2}\n" for i in range(50 if node.endswith("1") else 80)))
+        write_datasets(rootfs, node)
         lc = LocalController(load_lc_config({
             "GM_ADDRESS": f"127.0.0.1:{GM_PORT}", "NODENAME": node, "BIND_ADDRESS": "127.0.0.1",
             "BIND_PORT": str(port), "ROOTFS_MOUNT_DIR": str(rootfs), "LC_DB_PATH": str(STATE / f"lc-{node}.db"),
@@ -94,37 +134,36 @@ log = logging.getLogger("devrun")
 
 
 
-async def run(with_examples: bool) -> None:
+async def run(with_examples: bool, install: str) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    dc = await start_cluster(image_map=image_map())
+    images = image_map() | (chart_images() if install == "helm" else {})
+    dc = await start_cluster(image_map=images, pod_root=STATE / "cluster")
     gm = None
     lcs: list[LocalController] = []
     try:
         kubeconfig = dc.write_kubeconfig(ROOT / KUBECONFIG).resolve()
-        dc.apply_manifests(apis.CRD_DIR)
-        gm = GlobalManager(parse_config(f"kubeConfig: {kubeconfig}\n"
-                                        f"websocket: {{address: 127.0.0.1, port: {GM_PORT}}}\n"))
-        await gm.start()
-        lcs = await start_lcs()
+        if install == "helm":
+            for node in LC_PORTS:
+                write_datasets(Path(dc.runtime.node_root(node)), node)
+            await asyncio.to_thread(helm_install, kubeconfig)
+        else:
+            dc.apply_manifests(apis.CRD_DIR)
+            gm = GlobalManager(parse_config(f"kubeConfig: {kubeconfig}\n"
+                                            f"websocket: {{address: 127.0.0.1, port: {GM_PORT}}}\n"))
+            await gm.start()
+            lcs = await start_lcs()
         applied = dc.apply_manifests(*(ROOT / "examples" / "upstream" / n for n in EXAMPLES)) \
             if with_examples else []
-        print(f"dev cluster  {dc.url}\n"
-              f"GM           http://127.0.0.1:{gm.port} (/metrics, /healthz, /readyz)\n"
-              f"LCs          {', '.join(f'{n} http://127.0.0.1:{p}' for n, p in LC_PORTS.items())}\n"
-              f"examples     {', '.join(applied) or 'none'}\n\n"
-              f"  export KUBECONFIG={kubeconfig}\n"
-              f"  kubectl get ji,fl,datasets,pods\n"
-              f"  kubectl logs surface-defect-detection-trainworker-0\n"
-              f"  curl http://127.0.0.1:9100/sedna/workers\n\n"
-              f"Ctrl-C to stop.", flush=True)
-        waiter = asyncio.create_task(gm.wait())
-        stopper = asyncio.create_task(stop.wait())
-        await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        waiter.cancel()
-        stopper.cancel()
+        print(banner(dc, kubeconfig, install, applied), flush=True)
+        waiters = {asyncio.create_task(stop.wait(), name="devrun-stop")}
+        if gm is not None:
+            waiters.add(asyncio.create_task(gm.wait(), name="devrun-gm"))
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        for task in waiters:
+            task.cancel()
     finally:
         for lc in lcs:
             await lc.stop()
@@ -133,16 +172,34 @@ async def run(with_examples: bool) -> None:
         await dc.stop()
 
 
+def banner(dc: DevCluster, kubeconfig: Path, install: str, applied: list[str]) -> str:
+    if install == "helm":
+        parts = ("GM, LC       installed by helm (release sedna, namespace sedna; LC on edge-node-1)\n"
+                 "  kubectl -n sedna get deploy,ds,pods   kubectl -n sedna logs deploy/gm\n")
+    else:
+        parts = (f"GM           http://127.0.0.1:{GM_PORT} (/metrics, /healthz, /readyz)\n"
+                 f"LCs          {', '.join(f'{n} http://127.0.0.1:{p}' for n, p in LC_PORTS.items())}\n")
+    return (f"dev cluster  {dc.url}\n{parts}"
+            f"examples     {', '.join(applied) or 'none'}\n\n"
+            f"  export KUBECONFIG={kubeconfig}\n"
+            f"  kubectl get ji,fl,datasets,pods\n"
+            f"  kubectl logs surface-defect-detection-trainworker-0\n"
+            f"  curl http://127.0.0.1:9100/sedna/workers\n\n"
+            f"Ctrl-C to stop.")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-examples", action="store_true", help="do not apply the example jobs")
+    parser.add_argument("--install", choices=("direct", "helm"), default="direct",
+                        help="start the GM and LCs here (direct) or install the chart with helm")
     args = parser.parse_args()
     logs.setup("info", "text")
     with contextlib.suppress(ImportError):
         import uvloop
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     try:
-        asyncio.run(run(not args.no_examples))
+        asyncio.run(run(not args.no_examples, args.install))
     except OSError as err:
         print(f"devrun: error: {err}", file=sys.stderr)
         return 1

@@ -222,12 +222,12 @@ class Kubelet(Controller):
                                   "hostIP": node_ip_of(node)}}
         try:
             env = container_env(view, pod["spec"]["containers"][0], self._lookup)
+            self.runtime.start(view, env)  # projecting a volume may fail the same way
         except EnvError as err:
             self._pending(pod, node, ContainerRun(state="waiting", reason="CreateContainerConfigError",
                                                   message=str(err)))
             self._event(pod, "Failed", f"Error: {err}", "Warning")
             return None
-        self.runtime.start(pod, env)
         self._event(pod, "Started", f"Started container {pod['spec']['containers'][0].get('name', '')}")
         return self.runtime.state(uid)
 

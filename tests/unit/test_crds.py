@@ -530,12 +530,14 @@ def _chart_meta() -> dict:
 
 
 def render_chart(**overrides) -> dict[str, list[dict]]:
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
-    values.update(overrides)
-    return {
-        path.name: load_docs(render(path.read_text(), values, _chart_meta()))
-        for path in sorted((CHART / "templates").glob("*.yaml"))
-    }
+    """The chart rendered by the real `helm template` (top-level values replaced by
+    `overrides`), as template file name -> documents."""
+    from tests.helm.helmbin import helm_template
+
+    rendered = {path.name: [] for path in sorted((CHART / "templates").glob("*.yaml"))}
+    for name, text in helm_template(CHART, overrides, namespace=RELEASE["Namespace"]).items():
+        rendered[name] = load_docs(text)
+    return rendered
 
 
 def _one(rendered: dict, kind: str) -> dict:
