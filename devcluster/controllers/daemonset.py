@@ -27,6 +27,7 @@ from devcluster.controllers.base import Controller
 from devcluster.controllers.meta import controller_ref, get_controller_of, is_deleting
 from devcluster.controllers.placement import misfit
 from devcluster.controllers.podhash import pod_template_hash
+from devcluster.controllers.podops import create_pod, delete_pod
 from devcluster.controllers.replicaset import available_after, is_ready
 from devcluster.controllers.rollout import IntOrPercentError, resolve_int_or_percent
 from devcluster.errors import ApiError
@@ -245,27 +246,10 @@ class DaemonSetController(Controller):
             self._delete_pod(ds, pod)
 
     def _create_pod(self, ds: dict[str, Any], node: str, pod_hash: str) -> None:
-        try:
-            pod = self.store.create(self.pod_rt, ds["metadata"]["namespace"], build_pod(ds, node, pod_hash=pod_hash))
-        except ApiError as err:
-            self.store.record_event(ds, reason="FailedCreate", message=f"Error creating: {err.message}",
-                                    type="Warning", component=COMPONENT)
-            raise
-        self.store.record_event(ds, reason="SuccessfulCreate", message=f"Created pod: {pod['metadata']['name']}",
-                                component=COMPONENT)
+        create_pod(self.store, self.pod_rt, ds, build_pod(ds, node, pod_hash=pod_hash), component=COMPONENT)
 
     def _delete_pod(self, ds: dict[str, Any], pod: dict[str, Any]) -> None:
-        meta = pod["metadata"]
-        if is_deleting(pod):
-            return
-        try:
-            self.store.delete(self.pod_rt, meta["namespace"], meta["name"], preconditions={"uid": meta["uid"]})
-        except ApiError as err:
-            if err.code in (404, 409):
-                return
-            raise
-        self.store.record_event(ds, reason="SuccessfulDelete", message=f"Deleted pod: {meta['name']}",
-                                component=COMPONENT)
+        delete_pod(self.store, self.pod_rt, ds, pod, component=COMPONENT)
 
     def _write_status(self, ds: dict[str, Any], by_node: dict[str, list[dict[str, Any]]], eligible: set[str],
                       pod_hash: str) -> float | None:

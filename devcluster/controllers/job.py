@@ -35,6 +35,7 @@ from devcluster.controllers.meta import (
     seconds_since,
     set_condition,
 )
+from devcluster.controllers.podops import create_pod, delete_pod
 from devcluster.controllers.replicaset import is_ready
 from devcluster.errors import ApiError
 
@@ -269,27 +270,10 @@ class JobController(Controller):
     # -- writes -----------------------------------------------------------------------
 
     def _create_pod(self, job: dict[str, Any]) -> None:
-        try:
-            pod = self.store.create(self.pod_rt, job["metadata"]["namespace"], build_pod(job))
-        except ApiError as err:
-            self.store.record_event(job, reason="FailedCreate", message=f"Error creating: {err.message}",
-                                    type="Warning", component=COMPONENT)
-            raise
-        self.store.record_event(job, reason="SuccessfulCreate", message=f"Created pod: {pod['metadata']['name']}",
-                                component=COMPONENT)
+        create_pod(self.store, self.pod_rt, job, build_pod(job), component=COMPONENT)
 
     def _delete_pod(self, job: dict[str, Any], pod: dict[str, Any]) -> None:
-        meta = pod["metadata"]
-        if is_deleting(pod):
-            return
-        try:
-            self.store.delete(self.pod_rt, meta["namespace"], meta["name"], preconditions={"uid": meta["uid"]})
-        except ApiError as err:
-            if err.code in (404, 409):
-                return
-            raise
-        self.store.record_event(job, reason="SuccessfulDelete", message=f"Deleted pod: {meta['name']}",
-                                component=COMPONENT)
+        delete_pod(self.store, self.pod_rt, job, pod, component=COMPONENT)
 
     def _write_active(self, job: dict[str, Any]) -> None:
         pods = self._pods(job)

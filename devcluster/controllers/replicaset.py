@@ -21,6 +21,7 @@ from devcluster.controllers.meta import (
     labels_of,
     seconds_since,
 )
+from devcluster.controllers.podops import create_pod, delete_pod
 from devcluster.controllers.ranking import pods_to_delete
 from devcluster.errors import ApiError
 from devcluster.selectors import label_selector_from_object
@@ -166,32 +167,11 @@ class ReplicaSetController(Controller):
                 self._delete_pod(rs, pod)
 
     def _create_pods(self, rs: dict[str, Any], count: int) -> None:
-        ns = rs["metadata"]["namespace"]
         for _ in range(count):
-            try:
-                pod = self.store.create(self.pod_rt, ns, build_pod(rs))
-            except ApiError as err:
-                self.store.record_event(
-                    rs, reason="FailedCreate", message=f"Error creating: {err.message}",
-                    type="Warning", component=COMPONENT,
-                )
-                raise
-            self.store.record_event(
-                rs, reason="SuccessfulCreate", message=f"Created pod: {pod['metadata']['name']}",
-                component=COMPONENT,
-            )
+            create_pod(self.store, self.pod_rt, rs, build_pod(rs), component=COMPONENT)
 
     def _delete_pod(self, rs: dict[str, Any], pod: dict[str, Any]) -> None:
-        meta = pod["metadata"]
-        try:
-            self.store.delete(self.pod_rt, meta["namespace"], meta["name"], preconditions={"uid": meta["uid"]})
-        except ApiError as err:
-            if err.code in (404, 409):
-                return
-            raise
-        self.store.record_event(
-            rs, reason="SuccessfulDelete", message=f"Deleted pod: {meta['name']}", component=COMPONENT
-        )
+        delete_pod(self.store, self.pod_rt, rs, pod, component=COMPONENT)
 
     def _write_status(self, rs: dict[str, Any], active: list[dict[str, Any]]) -> float | None:
         status, wake = compute_status(rs, active)
