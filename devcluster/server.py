@@ -377,7 +377,8 @@ class _Api:
         meta: dict[str, Any] = {"resourceVersion": str(page.rv)}
         if page.continue_token:
             meta["continue"] = page.continue_token
-            meta["remainingItemCount"] = page.remaining
+            if not (q.get("labelSelector") or q.get("fieldSelector")):
+                meta["remainingItemCount"] = page.remaining  # unknown (unset) once a selector filters
         if wants_table(accept):
             table = tables.to_table(t.rt, page.items, resource_version=str(page.rv), now=time.time(),
                                     include_object=q.get("includeObject"))

@@ -20,6 +20,8 @@ so cases never depend on each other. A case:
         headers: {Content-Type: application/json} # optional: a subset (names case-insensitive;
                                                   # a value is a regex matched from the start)
         absent: [metadata.managedFields]          # optional: dotted paths that must not exist
+        lines: [{type: ADDED}, ...]               # optional, for watch streams: the first JSON
+                                                  # lines of the body, each a subset as above
 
 Subset matching: a mapping matches when each of its keys matches; a list matches a list of
 the same length element by element; `{$len: N}` matches a list or string of length N;
@@ -114,6 +116,13 @@ async def test_case(case: dict, cluster) -> None:
         value = folded.get(name.lower())
         if value is None or not re.match(pattern, value):
             problems.append(f"header {name}: want /{pattern}/, got {value!r}")
+    if "lines" in expect:
+        docs = [orjson.loads(line) for line in raw.splitlines() if line.strip()]
+        if len(docs) < len(expect["lines"]):
+            problems.append(f"want at least {len(expect['lines'])} lines, got {len(docs)}")
+        else:
+            problems += [d for i, (e, a) in enumerate(zip(expect["lines"], docs, strict=False))
+                         for d in match(e, a, f"line[{i}]")]
     if "body" in expect or "absent" in expect:
         try:
             doc = orjson.loads(raw)
