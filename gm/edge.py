@@ -2,7 +2,8 @@
 
 Node assignment is a function of the caches, recomputed for an object whenever an event
 touches it or something it depends on (level-triggered: the event says *which* object to
-look at, never what changed):
+look at, never what changed). The rule for each kind is the placement declared with it in
+shared/apis.py, read through `_CacheView`:
 
 - a Dataset goes to its `spec.nodeName`;
 - a JointInferenceService goes to its edge worker's node: the template's `nodeName`, plus
@@ -10,7 +11,12 @@ look at, never what changed):
   found, and during a move the old node keeps the service until its pods are gone);
 - a FederatedLearningJob goes to every trainer's node: the template's `nodeName`, else the
   trainer Dataset's `nodeName` (the rule gm/workers places trainers by);
-- a Model goes to the nodes of the JIs and FL jobs that reference it.
+- a Model goes to the nodes of the objects that reference it.
+
+Only the kinds in `EDGE_KINDS`, the ones the GM reconciles, are watched here; the registry
+declares placement for the other kinds too, but no informer follows them, so none of their
+objects is ever sent. A kind outside the registry is an `UnknownKind`, logged once per kind
+and never placed by some other kind's rule.
 
 What goes down is a copy of the cached object with `kind`/`apiVersion` set (the cache is
 never touched, upstream bug §6.1) and, for a Dataset or Model with `credentialName`, the
@@ -32,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gm.controllers.common import DATASETS, FL, JI, MODELS, PODS
+from gm.controllers.common import PODS, sedna_gvr
 from gm.kube.client import KubeClient
 from gm.kube.errors import ApiError, NotFound, Unavailable
 from gm.kube.informer import InformerFactory, SharedInformer
@@ -43,19 +49,20 @@ from gm.workers.jointinference import go_json
 from proto import ObjKey
 from shared import apis
 from shared.logs import event
-from shared.objects import deep_get, meta_str
+from shared.objects import deep_get, label_prefix, meta_str
 
 log = logging.getLogger("sedna.gm.edge")
 
 CREDENTIAL_ANNOTATION = "sedna.io/credential"
 JI_EDGE_POD_SELECTOR = "jointinferenceservice.sedna.io/worker-type=edge"
 _JI_NAME_LABEL = "jointinferenceservice.sedna.io/name"
-_JI_UID_LABEL = "jointinferenceservice.sedna.io/uid"
-_DONE_PHASES = ("Succeeded", "Failed")
 
 DATASET, MODEL = apis.DATASET.kind, apis.MODEL.kind
-JOINT_INFERENCE, FEDERATED_LEARNING = apis.JOINT_INFERENCE.kind, apis.FEDERATED_LEARNING.kind
-KINDS = (DATASET, MODEL, JOINT_INFERENCE, FEDERATED_LEARNING)
+JOINT_INFERENCE = apis.JOINT_INFERENCE.kind
+# The kinds the GM reconciles, hence sends; the other kinds join as their controllers land.
+EDGE_KINDS: tuple[apis.SednaKind, ...] = (apis.DATASET, apis.MODEL, apis.JOINT_INFERENCE,
+                                         apis.FEDERATED_LEARNING)
+KINDS = tuple(api.kind for api in EDGE_KINDS)
 
 Obj = Mapping[str, Any]
 Notify = Callable[[str, str, str, Mapping[str, Any] | None, Iterable[str]], None]
@@ -66,41 +73,6 @@ Notify = Callable[[str, str, str, Mapping[str, Any] | None, Iterable[str]], None
 
 def _name(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
-
-
-def dataset_nodes(dataset: Obj) -> frozenset[str]:
-    node = _name(deep_get(dataset, "spec", "nodeName"))
-    return frozenset({node} if node else ())
-
-
-def ji_nodes(ji: Obj, edge_pods: Iterable[Obj]) -> frozenset[str]:
-    """The edge template's node plus the nodes of the service's live edge pods."""
-    nodes = {n for n in [_name(deep_get(ji, "spec", "edgeWorker", "template", "spec", "nodeName"))] if n}
-    uid = meta_str(ji, "uid")
-    for pod in edge_pods:
-        if deep_get(pod, "metadata", "labels", _JI_UID_LABEL) != uid:
-            continue
-        if deep_get(pod, "status", "phase") in _DONE_PHASES:
-            continue
-        node = _name(deep_get(pod, "spec", "nodeName"))
-        if node:
-            nodes.add(node)
-    return frozenset(nodes)
-
-
-def fl_nodes(job: Obj, dataset: Callable[[str], Obj | None]) -> frozenset[str]:
-    """Every trainer's node: its template's nodeName, else its Dataset's nodeName."""
-    nodes: set[str] = set()
-    workers = deep_get(job, "spec", "trainingWorkers")
-    for worker in workers if isinstance(workers, list) else ():
-        node = _name(deep_get(worker, "template", "spec", "nodeName"))
-        if node is None:
-            ds_name = _name(deep_get(worker, "dataset", "name"))
-            found = dataset(ds_name) if ds_name else None
-            node = _name(deep_get(found, "spec", "nodeName")) if found else None
-        if node:
-            nodes.add(node)
-    return frozenset(nodes)
 
 
 def credential_name(kind: str, obj: Obj) -> str | None:
@@ -137,19 +109,18 @@ def downstream_copy(kind: str, obj: Obj, *, credential: str | None = None) -> di
     return out
 
 
-def _model_keys(kind: str, obj: Obj | None) -> frozenset[ObjKey]:
+def _model_keys(api: apis.SednaKind, obj: Obj | None) -> frozenset[ObjKey]:
     if obj is None:
         return frozenset()
-    api = apis.by_kind(kind)
     ns = meta_str(obj, "namespace")
-    return frozenset((MODEL, ns, m) for m in apis.model_names(api, obj)) if api else frozenset()
+    return frozenset((MODEL, ns, m) for m in apis.model_names(api, obj))
 
 
-def _dataset_keys(kind: str, obj: Obj | None) -> frozenset[ObjKey]:
-    if obj is None or kind != FEDERATED_LEARNING:
+def _dataset_keys(api: apis.SednaKind, obj: Obj | None) -> frozenset[ObjKey]:
+    if obj is None:
         return frozenset()
     ns = meta_str(obj, "namespace")
-    return frozenset((DATASET, ns, d) for d in apis.dataset_names(apis.FEDERATED_LEARNING, obj))
+    return frozenset((DATASET, ns, d) for d in apis.dataset_names(api, obj))
 
 
 # -- the object source ------------------------------------------------------------------
@@ -170,7 +141,7 @@ class _Entry:
 
 @dataclass(slots=True)
 class _Refs:
-    """What a JI or FL job depends on, as last computed (to know whom to recompute)."""
+    """What an object references, as last computed (to know whom to recompute)."""
 
     models: frozenset[ObjKey] = frozenset()
     datasets: frozenset[ObjKey] = frozenset()
@@ -198,10 +169,10 @@ class EdgeObjects:
                  retry_base: float = 0.5, retry_max: float = 30.0):
         self._client = client
         self._informers: dict[str, SharedInformer] = {
-            DATASET: informers.informer(DATASETS), MODEL: informers.informer(MODELS),
-            JOINT_INFERENCE: informers.informer(JI), FEDERATED_LEARNING: informers.informer(FL),
-        }
+            api.kind: informers.informer(sedna_gvr(api)) for api in EDGE_KINDS}
         self._pods = informers.informer(PODS, label_selector=JI_EDGE_POD_SELECTOR)
+        self._view = _CacheView(self)
+        self._unknown: set[str] = set()  # kinds already logged as not placeable
         self._notify: Notify | None = None
         self._entries: dict[ObjKey, _Entry] = {}
         self._by_node: dict[str, set[ObjKey]] = {}  # node -> keys whose sent_to holds it
@@ -279,13 +250,16 @@ class EdgeObjects:
     def refresh(self, key: ObjKey) -> None:
         """Recompute one object's nodes from the caches and push what changed."""
         kind, namespace, name = key
-        obj = self._informers[kind].store.get_by_name(namespace or None, name)
-        nodes = self._nodes(key, obj)
+        api, informer = self._followed(kind)
+        if api is None or informer is None:
+            return
+        obj = informer.store.get_by_name(namespace or None, name)
+        nodes = api.placement(obj, self._view) if obj is not None else frozenset()
         before = self.nodes_of(*key)
         self._assign(key, obj, nodes)
-        if kind in (JOINT_INFERENCE, FEDERATED_LEARNING):
+        if api.model_paths or api.dataset_paths:
             # Models follow their users: recompute those whose users or users' nodes changed
-            models = self._track_refs(key, obj)
+            models = self._track_refs(api, key, obj)
             if before != nodes:
                 models |= self._refs.get(key, _Refs()).models
             for model in sorted(models):
@@ -294,25 +268,28 @@ class EdgeObjects:
             for job in sorted(self._deps.dataset_users.get(key, ())):
                 self.refresh(job)
 
-    def _nodes(self, key: ObjKey, obj: Obj | None) -> frozenset[str]:
-        kind, namespace, _ = key
-        if kind == MODEL:
-            users = self._deps.model_users.get(key, ())
-            return frozenset().union(*(self.nodes_of(*u) for u in users))
-        if obj is None:
-            return frozenset()
-        if kind == DATASET:
-            return dataset_nodes(obj)
-        if kind == JOINT_INFERENCE:
-            uid = meta_str(obj, "uid")
-            return ji_nodes(obj, self._pods.store.by_index("label", f"{_JI_UID_LABEL}={uid}"))
-        datasets = self._informers[DATASET].store
-        return fl_nodes(obj, lambda name: datasets.get_by_name(namespace or None, name))
+    def _followed(self, kind: str) -> tuple[apis.SednaKind | None, SharedInformer | None]:
+        """The kind and its informer; (None, None), logged once per kind, for a name that is
+        not a Sedna kind or a kind this GM does not send."""
+        try:
+            api = apis.require(kind)
+        except apis.UnknownKind as exc:
+            self._log_unplaceable(kind, str(exc))
+            return None, None
+        informer = self._informers.get(kind)
+        if informer is None:
+            self._log_unplaceable(kind, f"{kind} is not sent to the edge by this GM")
+        return api, informer
 
-    def _track_refs(self, key: ObjKey, obj: Obj | None) -> set[ObjKey]:
-        """Record the Models/Datasets a job references; returns the Models whose users changed."""
+    def _log_unplaceable(self, kind: str, reason: str) -> None:
+        if kind not in self._unknown:
+            self._unknown.add(kind)
+            event(log, "edge cannot place kind", level=logging.WARNING, kind=kind, reason=reason)
+
+    def _track_refs(self, api: apis.SednaKind, key: ObjKey, obj: Obj | None) -> set[ObjKey]:
+        """Record the Models/Datasets an object references; returns the Models whose users changed."""
         old = self._refs.pop(key, _Refs())
-        new = _Refs(_model_keys(key[0], obj), _dataset_keys(key[0], obj))
+        new = _Refs(_model_keys(api, obj), _dataset_keys(api, obj))
         if new.models or new.datasets:
             self._refs[key] = new
         _relink(self._deps.model_users, key, old.models, new.models)
@@ -434,6 +411,29 @@ class EdgeObjects:
 
 
 _RETRY = object()
+
+
+class _CacheView:
+    """The placement rules' window on the caches (reads only, so handlers stay I/O-free)."""
+
+    __slots__ = ("_edge",)
+
+    def __init__(self, edge: EdgeObjects):
+        self._edge = edge
+
+    def dataset(self, namespace: str, name: str) -> Obj | None:
+        return self._edge._informers[DATASET].store.get_by_name(namespace or None, name)
+
+    def worker_pods(self, kind: str, uid: str, worker_type: str) -> list[Obj]:
+        # The pod informer holds JI edge pods only; other kinds' workers join it with their
+        # controllers (until then their objects are not sent at all).
+        prefix = label_prefix(kind)
+        return [pod for pod in self._edge._pods.store.by_index("label", f"{prefix}uid={uid}")
+                if deep_get(pod, "metadata", "labels", f"{prefix}worker-type") == worker_type]
+
+    def user_nodes(self, kind: str, namespace: str, name: str) -> frozenset[str]:
+        users = self._edge._deps.model_users.get((kind, namespace, name), ())
+        return frozenset().union(*(self._edge.nodes_of(*u) for u in users))
 
 
 def _relink(index: dict[ObjKey, set[ObjKey]], user: ObjKey, old: frozenset[ObjKey],

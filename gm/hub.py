@@ -62,6 +62,7 @@ from proto import (
     snapshot_begin,
     snapshot_end,
 )
+from shared import apis
 from shared.logs import event
 from shared.tasks import until_first_done
 
@@ -573,7 +574,7 @@ class Hub:
         try:
             if native:
                 return decode_native(data, max_bytes=self._max_frame_bytes)
-            return decode_upstream(data, max_bytes=self._max_frame_bytes)
+            return decode_upstream(data, max_bytes=self._max_frame_bytes, canonical_kind=apis.canonical_kind)
         except UnknownOp as exc:
             if native:
                 raise _SessionEnd(exc.close_code, str(exc)) from exc

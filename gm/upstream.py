@@ -227,20 +227,31 @@ class UpstreamStatus:
 
     def __init__(self, status: StatusWriter):
         self._status = status
-        self._handlers: dict[str, Apply] = {
-            apis.DATASET.kind: self._dataset,
-            apis.JOINT_INFERENCE.kind: self._joint_inference,
-            apis.FEDERATED_LEARNING.kind: self._federated_learning,
-        }
+        # Keyed by registry entries, so a handler can only exist for a real kind.
+        table: tuple[tuple[apis.SednaKind, Apply], ...] = (
+            (apis.DATASET, self._dataset),
+            (apis.JOINT_INFERENCE, self._joint_inference),
+            (apis.FEDERATED_LEARNING, self._federated_learning),
+        )
+        self._handlers: dict[str, Apply] = {api.kind: handler for api, handler in table}
 
     @property
     def kinds(self) -> tuple[str, ...]:
         return tuple(self._handlers)
 
-    async def handle_status(self, node: str, message: Message, *, epoch: str = "") -> None:
-        handler = self._handlers.get(message.kind)
+    def _handler(self, kind: str) -> Apply:
+        """The handler for `kind`; ReportRefused saying why when there is none."""
+        try:
+            api = apis.require(kind)
+        except apis.UnknownKind as exc:
+            raise ReportRefused(f"the GM takes no status reports for kind {kind!r}: {exc}") from None
+        handler = self._handlers.get(api.kind)
         if handler is None:
-            raise ReportRefused(f"the GM takes no status reports for kind {message.kind!r}")
+            raise ReportRefused(f"the GM takes no status reports for kind {kind!r}")
+        return handler
+
+    async def handle_status(self, node: str, message: Message, *, epoch: str = "") -> None:
+        handler = self._handler(message.kind)
         body = message.body or {}
         stamp = ReportStamp(node, epoch, message.seq, report_time(message.kind, body))
         await handler(message.namespace, message.name, body, stamp)

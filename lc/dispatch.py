@@ -24,7 +24,6 @@ from lc.managers.forward import status_body
 from lc.report import WorkerReport
 from lc.store import Store, WorkerRecord
 from proto.errors import InvalidFrame
-from proto.kinds import canonical_kind
 from proto.limits import (
     MAX_KIND,
     MAX_NAME,
@@ -34,6 +33,7 @@ from proto.limits import (
     check_object_names,
     check_text,
 )
+from shared.apis import canonical_kind
 from shared.logs import event
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from lc.errors import ResourceError, StoreError
-from proto import ObjKey, canonical_kind
+from proto import ObjKey
+from shared.apis import canonical_kind
 from shared.logs import event
 
 log = logging.getLogger(__name__)

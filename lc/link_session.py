@@ -66,6 +66,7 @@ from proto import (
 )
 from proto.errors import CLOSE_INVALID_PAYLOAD, CLOSE_MESSAGE_TOO_BIG
 from proto.limits import check_json_like
+from shared import apis
 from shared.logs import event
 from shared.tasks import until_first_done
 
@@ -243,7 +244,8 @@ class Session:
         try:
             if self.native:
                 return decode_native(data, max_bytes=self.p.max_frame_bytes)
-            return decode_upstream(data, max_bytes=self.p.max_frame_bytes)
+            return decode_upstream(data, max_bytes=self.p.max_frame_bytes,
+                                   canonical_kind=apis.canonical_kind)
         except UnknownOp as exc:
             if self.native:
                 raise SessionEnded(f"GM sent a broken frame: {exc}", code=exc.close_code) from exc

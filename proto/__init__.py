@@ -18,7 +18,7 @@ from proto.errors import (
     UnknownOp,
     UnsupportedVersion,
 )
-from proto.kinds import SEDNA_KINDS, canonical_kind, upstream_kind
+from proto.kinds import Canonicalize, as_sent, upstream_kind
 from proto.message import (
     MAX_FRAME_BYTES,
     OBJECT_OPS,
@@ -38,6 +38,7 @@ from proto.upstream import BARE_HEADER, decode_upstream, encode_upstream
 
 __all__ = [
     "BARE_HEADER",
+    "Canonicalize",
     "CLOSE_DEAD",
     "CLOSE_GOING_AWAY",
     "CLOSE_HELLO_TIMEOUT",
@@ -50,7 +51,6 @@ __all__ = [
     "MAX_FRAME_BYTES",
     "OBJECT_OPS",
     "PROTOCOL_VERSIONS",
-    "SEDNA_KINDS",
     "SUBPROTOCOL",
     "DecodeError",
     "EncodeError",
@@ -63,7 +63,7 @@ __all__ = [
     "UnknownOp",
     "UnsupportedVersion",
     "ack",
-    "canonical_kind",
+    "as_sent",
     "decode_native",
     "decode_upstream",
     "encode_native",

@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from proto.errors import DecodeError, EncodeError, FrameTooLarge, InvalidFrame, UnknownOp
-from proto.kinds import canonical_kind, upstream_kind
+from proto.kinds import Canonicalize, as_sent, upstream_kind
 from proto.message import MAX_FRAME_BYTES, Message, Op
 
 _HEADER_FIELDS = ("namespace", "resourceKind", "resourceName", "operation")
@@ -34,8 +34,10 @@ BARE_HEADER = '{"namespace":"","resourceKind":"","resourceName":"","operation":"
 """The frame an upstream LC sends right after dialing, and ours sends in upstream mode."""
 
 
-def decode_upstream(data: str | bytes | bytearray | memoryview, *, max_bytes: int = MAX_FRAME_BYTES) -> Message | None:
-    """The Message in an upstream frame, or None for a frame that carries nothing."""
+def decode_upstream(data: str | bytes | bytearray | memoryview, *, max_bytes: int = MAX_FRAME_BYTES,
+                    canonical_kind: Canonicalize = as_sent) -> Message | None:
+    """The Message in an upstream frame, or None for a frame that carries nothing; the kind is
+    spelled by `canonical_kind` (see proto/kinds.py)."""
     raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     if len(raw) > max_bytes:
         raise FrameTooLarge(len(raw), max_bytes)

@@ -27,6 +27,7 @@ from proto import (
     encode_upstream,
     hello,
 )
+from shared import apis
 from tests.conftest import eventually
 from tests.e2e.conftest import load_example
 
@@ -218,7 +219,7 @@ async def test_upstream_lc_gets_inserts_and_its_status_is_applied(gm, api, conne
         frame = await ws.receive(timeout=FRAME_WAIT)
         assert frame.type is aiohttp.WSMsgType.TEXT
         assert '"operation":"insert"' in frame.data
-        msg = decode_upstream(frame.data)
+        msg = decode_upstream(frame.data, canonical_kind=apis.canonical_kind)  # as our LC decodes
         got[msg.key] = msg.body
     assert sorted(got) == [("Dataset", NS, DS2), ("FederatedLearningJob", NS, JOB), ("Model", NS, MODEL)]
     await ws.send_str(encode_upstream(Message(Op.STATUS, kind="dataset", namespace=NS, name=DS2,
@@ -305,3 +306,18 @@ async def test_api_failure_defers_the_report_until_a_resend_succeeds(gm, api, co
     ack = await lc1.report(5, "Dataset", DS1, {"numberOfSamples": 77})  # the LC resends what has no ack
     assert ack.body is None  # the first attempt sent no ack: this is the ack of the resend
     assert (await status_of(api, DATASETS, DS1))[0]["numberOfSamples"] == 77
+
+
+async def test_unknown_and_unsent_kinds_are_never_placed(gm, api, caplog):
+    await create_fl_example(api, gm)
+    held = len(gm.edge)
+    for _ in range(2):
+        gm.edge.refresh(("Widget", NS, JOB))  # not a Sedna kind: never some other kind's rule
+        gm.edge.refresh(("ReidJob", NS, JOB))  # declared, but no controller yet: not sent
+    assert gm.edge.nodes_of("Widget", NS, JOB) == frozenset()
+    assert gm.edge.nodes_of("ReidJob", NS, JOB) == frozenset()
+    assert len(gm.edge) == held
+    logged = [(r.kind, r.reason) for r in caplog.records
+              if r.name == "sedna.gm.edge" and r.getMessage() == "edge cannot place kind"]
+    assert logged == [("Widget", "'Widget' is not a Sedna kind"),  # once per kind
+                      ("ReidJob", "ReidJob is not sent to the edge by this GM")]

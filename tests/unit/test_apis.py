@@ -106,20 +106,14 @@ def test_node_names_are_distinct_and_skip_blanks():
     assert apis.spec_node_names(apis.DATASET, {}) == []
 
 
-def test_incremental_learning_references_and_stage_nodes():
+def test_incremental_learning_references():
     il = _example("incremental-learning-helmet-detection.yaml", "IncrementalLearningJob")
     api = apis.INCREMENTAL_LEARNING
-    assert api.uses_stage_nodes and api.dataset_node_path == ("spec", "dataset", "name")
-    assert apis.spec_node_names(api, il) == []
+    assert [s.name for s in api.stages] == ["Train", "Eval", "Deploy"]
     assert apis.dataset_names(api, il) == ["incremental-dataset"]
     assert apis.model_names(api, il) == ["initial-model", "deploy-model"]
     il["spec"]["evalSpec"]["initialEvalModel"] = {"name": "eval-model"}
     assert apis.model_names(api, il) == ["initial-model", "eval-model", "deploy-model"]
-    assert apis.stage_node_names(api, il) == {}
-    il["metadata"]["annotations"] = {"sedna.io/Train": "edge-node-1", "sedna.io/Eval": "edge-node-2",
-                                     "sedna.io/Deploy": "", "other": "x"}
-    assert apis.stage_node_names(api, il) == {"Train": "edge-node-1", "Eval": "edge-node-2"}
-    assert apis.stage_node_names(apis.JOINT_INFERENCE, il) == {}
 
 
 def test_lifelong_learning_references():
@@ -148,9 +142,8 @@ def test_registry_node_fields_exist_in_the_schema():
     """Every path the registry reads is a real field of the CRD (free-form objects excepted)."""
     for api in apis.ALL_KINDS:
         schema = apis.crd_manifest(api)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-        paths = [*api.node_paths, *api.model_paths, *api.dataset_paths]
-        if api.dataset_node_path:
-            paths.append(api.dataset_node_path)
+        paths = [*api.node_paths, *api.model_paths, *api.dataset_paths,
+                 *((*stage.template, "spec", "nodeName") for stage in api.stages)]
         for path in paths:
             node = schema
             for key in path:

@@ -1,4 +1,5 @@
-"""The pure rules of gm/edge.py: node assignment, credential annotation, downstream copies."""
+"""The pure rules of gm/edge.py: credential annotation, downstream copies (node assignment is
+the registry's placement, tests/unit/test_placement.py)."""
 
 from __future__ import annotations
 
@@ -11,46 +12,12 @@ from gm.edge import (
     CREDENTIAL_ANNOTATION,
     credential_annotation,
     credential_name,
-    dataset_nodes,
     downstream_copy,
-    fl_nodes,
-    ji_nodes,
 )
-
-UID_LABEL = "jointinferenceservice.sedna.io/uid"
 
 
 def b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
-
-
-def test_dataset_nodes():
-    assert dataset_nodes({"spec": {"nodeName": "e1"}}) == {"e1"}
-    assert dataset_nodes({"spec": {"nodeName": ""}}) == frozenset()
-    assert dataset_nodes({"spec": {}}) == frozenset()
-
-
-def pod(node, *, uid="u1", phase="Running"):
-    return {"metadata": {"labels": {UID_LABEL: uid}}, "spec": {"nodeName": node}, "status": {"phase": phase}}
-
-
-def test_ji_nodes_template_and_live_pods_of_this_service():
-    ji = {"metadata": {"uid": "u1"}, "spec": {"edgeWorker": {"template": {"spec": {"nodeName": "e1"}}}}}
-    pods = [pod("e2"), pod("e3", phase="Succeeded"), pod("e4", uid="other"), pod(None)]
-    assert ji_nodes(ji, pods) == {"e1", "e2"}
-    selector_only = {"metadata": {"uid": "u1"}, "spec": {"edgeWorker": {"template": {"spec": {}}}}}
-    assert ji_nodes(selector_only, []) == frozenset()
-
-
-def test_fl_nodes_template_else_dataset_node():
-    datasets = {"d1": {"spec": {"nodeName": "e1"}}, "d2": {"spec": {"nodeName": "e2"}}}
-    job = {"spec": {"trainingWorkers": [
-        {"dataset": {"name": "d1"}, "template": {"spec": {"nodeName": "e9"}}},
-        {"dataset": {"name": "d2"}, "template": {"spec": {}}},
-        {"dataset": {"name": "missing"}, "template": {}},
-    ]}}
-    assert fl_nodes(job, datasets.get) == {"e9", "e2"}
-    assert fl_nodes({"spec": {"trainingWorkers": "bad"}}, datasets.get) == frozenset()
 
 
 def test_credential_name_only_for_datasets_and_models():

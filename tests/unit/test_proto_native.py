@@ -19,6 +19,7 @@ from proto import (
     decode_native,
     encode_native,
 )
+from shared import apis
 
 DATASET = {"apiVersion": "sedna.io/v1alpha1", "kind": "Dataset", "metadata": {"name": "d1", "namespace": "default"},
            "spec": {"url": "/data/index.txt", "format": "txt", "nodeName": "edge-1"}}
@@ -179,4 +180,5 @@ def test_error_hierarchy_and_close_codes() -> None:
      "LifelongLearningJob"), ("Widget", "Widget")],
 )
 def test_canonical_kind(given: str, canonical: str) -> None:
-    assert proto.canonical_kind(given) == canonical
+    assert apis.canonical_kind(given) == canonical
+    assert proto.as_sent(given) == given

@@ -18,11 +18,17 @@ from proto import (
     ProtocolError,
     UnknownOp,
     ack,
-    decode_upstream,
     encode_upstream,
     hello,
     snapshot_begin,
 )
+from proto import decode_upstream as decode_as_sent
+from shared import apis
+
+
+def decode_upstream(data, **kwargs):
+    """The codec as the services call it: kinds spelled by the registry."""
+    return decode_as_sent(data, canonical_kind=apis.canonical_kind, **kwargs)
 
 # upstream-lc.md §3.9: LC -> GM dataset sample count.
 DATASET_STATUS = (
@@ -60,6 +66,7 @@ def test_dataset_insert_matches_upstream_gm_byte_for_byte() -> None:
     msg = Message(Op.UPSERT, 5, "Dataset", "default", "incremental-dataset", body)
     assert encode_upstream(msg) == DATASET_INSERT
     assert decode_upstream(DATASET_INSERT) == Message(Op.UPSERT, 0, "Dataset", "default", "incremental-dataset", body)
+    assert decode_as_sent(DATASET_INSERT).kind == "dataset"  # without the registry: as sent
 
 
 def test_il_trigger_content_keeps_key_order_and_nulls() -> None:
