@@ -159,3 +159,22 @@ async def test_children_without_the_managed_by_label_are_adopted_not_recreated(s
             assert dep["metadata"]["generation"] == before[(gvr, name)]["metadata"]["generation"], name
     ji_status = dc.store.get(rt(dc, JI), NS, JI_NAME).get("status") or {}
     assert ji_status.get("observedGeneration") == 1
+
+
+async def test_a_foreign_object_under_a_child_name_is_a_name_conflict_left_alone(gm, api, sedna_cluster):
+    """Not the GM's child (no label, not controlled by the job): never relabelled or taken over."""
+    dc = sedna_cluster
+    name = f"{FL_NAME}-aggregation"
+    foreign = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": {"team": "x"}},
+               "spec": {"ports": [{"port": 80}]}}
+    await api.create(SERVICES, foreign, namespace=NS)
+    _, job = await create_examples(api, s3=False)
+    await eventually(lambda: len(owned(dc, PODS, job["metadata"]["uid"])) == 3, within=10)
+    ev_rt = dc.store.registry.lookup(group="", version="v1", resource="events")
+    event = await eventually(lambda: next((e for e in dc.store.list(ev_rt, NS)[0] if e["reason"] == "NameConflict"
+                                           and e["involvedObject"]["name"] == FL_NAME), None),
+                             within=10, message="NameConflict event on the job")
+    assert event["type"] == "Warning" and name in event["message"]
+    svc = dc.store.get(rt(dc, SERVICES), NS, name)
+    assert svc["metadata"]["labels"] == {"team": "x"}
+    assert not svc["metadata"].get("ownerReferences")
