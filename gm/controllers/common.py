@@ -16,6 +16,20 @@ delete is seen, within one batch at worst, and the caller's progress callback wr
 status, so a large job shows its pods
 as they come instead of after the whole loop. The owner gone, at a checkpoint or at the
 final status write, ends the reconcile quietly (`OwnerGone`).
+
+Children are cached by one informer per child type for every controller (`Context.children`),
+selected by the `MANAGED_BY` label every child the GM builds carries and indexed by owner
+uid; each controller's handlers keep the children of its own kind. A child made by a GM
+from before that label is invisible to those informers: creating it again answers
+AlreadyExists, and the create path then relabels the object when this owner controls it
+(`_adopt_unlabelled`), so it is adopted as it is, never recreated. Its spec hash leaves the
+label out, so an adopted child is not outdated either.
+
+Secrets come from one cache too (`Context.secrets`), kept lean by `slim_secret`. A CR's
+Models and Datasets (and an FL job's own spec) name their Secrets by `credentialName`;
+the `credential` index on those informers maps a Secret back to them, so a Secret change
+enqueues its dependents at once and a rotated credential reaches the workers without
+waiting for a resync.
 """
 
 from __future__ import annotations
@@ -36,7 +50,7 @@ from gm.kube.events import EventRecorder
 from gm.kube.informer import InformerFactory, SharedInformer
 from gm.kube.resources import DEPLOYMENTS, GVR, NODES, PODS, SECRETS, SERVICES  # noqa: F401 - re-exported
 from gm.kube.status import StatusWriter
-from gm.workers import WorkerConfig
+from gm.workers import MANAGED_BY, MANAGED_BY_LABEL, MANAGED_SELECTOR, WorkerConfig
 from shared import apis
 from shared.logs import event
 
@@ -45,6 +59,11 @@ log = logging.getLogger("gm.controllers")
 HPAS = GVR("autoscaling", "v2", "horizontalpodautoscalers")
 BATCH = 50  # writes between two owner checks (and progress status writes) in one plan
 REJECTED = (BadRequest, Invalid)  # server-side validation: the same body can never succeed
+INDEX_CREDENTIAL = "credential"  # `namespace/secret` for each credentialName in an object's spec
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+# Secret types that never hold a storage credential, whose data can be large (a Helm release
+# is up to 1 MiB): cached without their data
+DATALESS_SECRET_TYPES = frozenset({"helm.sh/release.v1", "kubernetes.io/service-account-token"})
 
 Progress = Callable[[], Awaitable[Any]]
 WriteProblem = Callable[[Problem], Awaitable[bool]]
@@ -73,6 +92,28 @@ class Context:
 
     def informer(self, gvr: GVR, *, label_selector: str | None = None) -> SharedInformer:
         return self.informers.informer(gvr, label_selector=label_selector)
+
+    def children(self, gvr: GVR) -> SharedInformer:
+        """The one informer of a child type (Pods, Deployments, ...) that every controller shares."""
+        return self.informers.informer(gvr, label_selector=MANAGED_SELECTOR)
+
+    def secrets(self) -> SharedInformer:
+        """The one Secret cache, holding what the builders read (see `slim_secret`)."""
+        return self.informers.informer(SECRETS, transform=slim_secret)
+
+
+def slim_secret(secret: dict) -> dict:
+    """A Secret as cached: without managedFields and the last-applied annotation (which
+    repeats the whole Secret), and without the data of types no credential has. A field
+    or label selector cannot narrow the list (a credential is any Secret a user names),
+    so this is what bounds the cache: one entry per Secret, about the size of its data."""
+    meta = {k: v for k, v in (secret.get("metadata") or {}).items() if k != "managedFields"}
+    if LAST_APPLIED in (meta.get("annotations") or {}):
+        meta["annotations"] = {k: v for k, v in meta["annotations"].items() if k != LAST_APPLIED}
+    keep_data = secret.get("type") not in DATALESS_SECRET_TYPES
+    out = {k: v for k, v in secret.items() if k != "metadata" and (keep_data or k not in ("data", "stringData"))}
+    out["metadata"] = meta
+    return out
 
 
 def on_any_change(informer: SharedInformer, fn: Callable[[dict], None]) -> None:
@@ -133,17 +174,29 @@ def credential_names(*objs: Mapping[str, Any] | None) -> set[str]:
     return names
 
 
-async def fetch_secrets(ctx: Context, namespace: str, names: Iterable[str]) -> dict[str, dict]:
-    """The named Secrets that exist (absent ones are left out: the builders report them)."""
-    found: dict[str, dict] = {}
-    for name in sorted(set(names)):
-        try:
-            found[name] = await ctx.client.get(SECRETS, name, namespace=namespace)
-        except NotFound:
-            continue
-        except ApiError as exc:
-            raise TemporaryError(f"reading secret {namespace}/{name}: {exc}") from exc
-    return found
+def credential_refs(obj: Mapping[str, Any]) -> list[str]:
+    """The `credential` index: `namespace/name` of every Secret the object's spec names."""
+    ns = (obj.get("metadata") or {}).get("namespace")
+    return [f"{ns}/{name}" for name in sorted(credential_names(obj))]
+
+
+def index_credentials(*informers: SharedInformer) -> None:
+    """Index the informers' objects by the Secrets they name (once, whoever asks first)."""
+    for inf in informers:
+        inf.ensure_indexer(INDEX_CREDENTIAL, credential_refs)
+
+
+def using_secret(informer: SharedInformer, secret: Mapping[str, Any]) -> list[dict]:
+    """The cached objects of an informer indexed by `index_credentials` that name `secret`."""
+    return informer.store.by_index(INDEX_CREDENTIAL, own_key(secret))
+
+
+def cached_secrets(ctx: Context, namespace: str, names: Iterable[str]) -> dict[str, dict]:
+    """The named Secrets in the cache (absent ones are left out: the builders report them,
+    and the Secret's add event reconciles the dependents again)."""
+    store = ctx.secrets().store
+    found = {name: store.get_by_name(namespace, name) for name in sorted(set(names))}
+    return {name: secret for name, secret in found.items() if secret is not None}
 
 
 async def execute(ctx: Context, gvr: GVR, plan: ChildPlan, *, owner: Mapping[str, Any],
@@ -235,7 +288,7 @@ async def _create(ctx: Context, gvr: GVR, obj: dict, *, owner: Mapping[str, Any]
     try:
         await ctx.client.create(gvr, obj, namespace=namespace)
     except AlreadyExists:
-        return 0  # the cache is behind; the add event brings the next reconcile
+        return await _adopt_unlabelled(ctx, gvr, name, owner=owner, namespace=namespace)
     except REJECTED as exc:
         raise ChildRejected(kind=_singular(gvr), namespace=namespace, name=name, verb="create", error=exc) from None
     except ApiError as exc:
@@ -243,6 +296,36 @@ async def _create(ctx: Context, gvr: GVR, obj: dict, *, owner: Mapping[str, Any]
     event(log, "created", key=own_key(owner), child=f"{namespace}/{name}", resource=gvr.plural,
           **_node_field(obj))
     ctx.events.normal(dict(owner), "SuccessfulCreate", f"Created {_singular(gvr)} {name}")
+    return 1
+
+
+async def _adopt_unlabelled(ctx: Context, gvr: GVR, name: str, *, owner: Mapping[str, Any],
+                            namespace: str) -> int:
+    """A create met an existing object: when it is a child of this owner without the
+    `MANAGED_BY` label (made by an older GM), label it so the shared informer sees it; its
+    add event brings the next reconcile. Otherwise the cache is just behind (0 writes), or
+    the name belongs to an object this owner does not control (a NameConflict event)."""
+    try:
+        live = await ctx.client.get(gvr, name, namespace=namespace)
+    except NotFound:
+        return 0  # deleted since: its delete event brings the next reconcile
+    except ApiError as exc:
+        raise TemporaryError(f"reading {gvr.plural} {namespace}/{name}: {exc}") from exc
+    meta = live.get("metadata") or {}
+    if (meta.get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY[MANAGED_BY_LABEL]:
+        return 0
+    owner_uid = (owner.get("metadata") or {}).get("uid")
+    if not any(ref.get("controller") and ref.get("uid") == owner_uid for ref in meta.get("ownerReferences") or ()):
+        ctx.events.warning(owner, "NameConflict",
+                           f"{gvr.plural} {namespace}/{name} exists and is not controlled by this object")
+        return 0
+    try:
+        await ctx.client.patch(gvr, name, {"metadata": {"labels": MANAGED_BY}}, namespace=namespace)
+    except NotFound:
+        return 0
+    except ApiError as exc:
+        raise TemporaryError(f"labelling {gvr.plural} {namespace}/{name}: {exc}") from exc
+    event(log, "adopted unlabelled child", key=own_key(owner), child=f"{namespace}/{name}", resource=gvr.plural)
     return 1
 
 

@@ -30,15 +30,17 @@ from gm.controllers.common import (
     PODS,
     SERVICES,
     Context,
+    cached_secrets,
     children_by_name,
     credential_names,
     execute,
-    fetch_secrets,
+    index_credentials,
     on_any_change,
     own_key,
     owner_key,
     report_problem,
     split,
+    using_secret,
     write_status,
 )
 from gm.controllers.problems import PROBLEMS, Problem
@@ -52,7 +54,6 @@ from shared.objects import SPEC_HASH_ANNOTATION, deep_get, now_rfc3339, set_cond
 log = logging.getLogger("gm.controllers.federatedlearning")
 
 KIND = apis.FEDERATED_LEARNING.kind
-LABEL_SELECTOR = "federatedlearningjob.sedna.io/uid"
 FINISHED = ("Succeeded", "Failed")
 
 
@@ -66,18 +67,23 @@ class FederatedLearningController:
         self.models = ctx.informer(MODELS)
         self.datasets = ctx.informer(DATASETS)
         self.nodes = ctx.informer(NODES)
-        self.pods = ctx.informer(PODS, label_selector=LABEL_SELECTOR)
-        self.svcs = ctx.informer(SERVICES, label_selector=LABEL_SELECTOR)
+        self.pods = ctx.children(PODS)
+        self.svcs = ctx.children(SERVICES)
+        self.secrets = ctx.secrets()
         self.jobs.add_indexer("model", _refs(apis.model_names))
         self.jobs.add_indexer("dataset", _refs(apis.dataset_names))
+        index_credentials(self.jobs, self.models, self.datasets)
+        self._on_model = self._dependents("model")
+        self._on_dataset = self._dependents("dataset")
         self._wire()
 
     def _wire(self) -> None:
         on_any_change(self.jobs, self._on_job)
         for inf in (self.pods, self.svcs):
             on_any_change(inf, self._on_child)
-        on_any_change(self.models, self._dependents("model"))
-        on_any_change(self.datasets, self._dependents("dataset"))
+        on_any_change(self.models, self._on_model)
+        on_any_change(self.datasets, self._on_dataset)
+        on_any_change(self.secrets, self._on_secret)
         self.nodes.add_event_handler(on_add=self._on_node_presence, on_update=self._on_node,
                                      on_delete=self._on_node_presence)
 
@@ -95,6 +101,15 @@ class FederatedLearningController:
             for job in self.jobs.store.by_index(index, own_key(obj)):
                 self._on_job(job)
         return handler
+
+    def _on_secret(self, obj: dict) -> None:
+        """The jobs naming the Secret, directly or through one of their Models or Datasets."""
+        for job in using_secret(self.jobs, obj):
+            self._on_job(job)
+        for model in using_secret(self.models, obj):
+            self._on_model(model)
+        for dataset in using_secret(self.datasets, obj):
+            self._on_dataset(dataset)
 
     def _on_node(self, old: dict, new: dict) -> None:
         if (old.get("status") or {}).get("addresses") != (new.get("status") or {}).get("addresses"):
@@ -126,8 +141,8 @@ class FederatedLearningController:
     async def _build(self, job: dict, namespace: str):
         models = self._named(self.models, namespace, apis.model_names(apis.FEDERATED_LEARNING, job))
         datasets = self._named(self.datasets, namespace, apis.dataset_names(apis.FEDERATED_LEARNING, job))
-        secrets = await fetch_secrets(self.ctx, namespace,
-                                      credential_names(job, *models.values(), *datasets.values()))
+        secrets = cached_secrets(self.ctx, namespace,
+                                 credential_names(job, *models.values(), *datasets.values()))
         return build_fl_children(job, models=models, datasets=datasets, config=self.ctx.workers,
                                  node_addresses=self._node_addresses(), secrets=secrets)
 

@@ -22,15 +22,17 @@ from gm.controllers.common import (
     MODELS,
     SERVICES,
     Context,
+    cached_secrets,
     children_by_name,
     credential_names,
     execute,
-    fetch_secrets,
+    index_credentials,
     on_any_change,
     own_key,
     owner_key,
     report_problem,
     split,
+    using_secret,
     write_status,
 )
 from gm.controllers.problems import PROBLEMS, Problem
@@ -43,7 +45,6 @@ from shared.objects import SPEC_HASH_ANNOTATION, deep_get, now_rfc3339
 log = logging.getLogger("gm.controllers.jointinference")
 
 KIND = apis.JOINT_INFERENCE.kind
-LABEL_SELECTOR = "jointinferenceservice.sedna.io/uid"  # only our children are cached
 
 
 class JointInferenceController:
@@ -54,10 +55,12 @@ class JointInferenceController:
         self.enqueue = enqueue
         self.services = ctx.informer(JI)
         self.models = ctx.informer(MODELS)
-        self.deployments = ctx.informer(DEPLOYMENTS, label_selector=LABEL_SELECTOR)
-        self.svcs = ctx.informer(SERVICES, label_selector=LABEL_SELECTOR)
-        self.hpas = ctx.informer(HPAS, label_selector=LABEL_SELECTOR)
+        self.deployments = ctx.children(DEPLOYMENTS)
+        self.svcs = ctx.children(SERVICES)
+        self.hpas = ctx.children(HPAS)
+        self.secrets = ctx.secrets()
         self.services.add_indexer("model", _model_refs)
+        index_credentials(self.models)
         self._wire()
 
     def _wire(self) -> None:
@@ -65,6 +68,7 @@ class JointInferenceController:
         for inf in (self.deployments, self.svcs, self.hpas):
             on_any_change(inf, self._on_child)
         on_any_change(self.models, self._on_model)
+        on_any_change(self.secrets, self._on_secret)
 
     def _on_cr(self, obj: dict) -> None:
         self.enqueue(own_key(obj))
@@ -77,6 +81,10 @@ class JointInferenceController:
     def _on_model(self, obj: dict) -> None:
         for ji in self.services.store.by_index("model", own_key(obj)):
             self._on_cr(ji)
+
+    def _on_secret(self, obj: dict) -> None:
+        for model in using_secret(self.models, obj):
+            self._on_model(model)
 
     async def reconcile(self, key: str) -> Requeue | None:
         namespace, name = split(key)
@@ -97,7 +105,7 @@ class JointInferenceController:
         spec = ji.get("spec") or {}
         edge_model = self._model(namespace, deep_get(spec, "edgeWorker", "model", "name"))
         cloud_model = self._model(namespace, deep_get(spec, "cloudWorker", "model", "name"))
-        secrets = await fetch_secrets(self.ctx, namespace, credential_names(edge_model, cloud_model))
+        secrets = cached_secrets(self.ctx, namespace, credential_names(edge_model, cloud_model))
         return build_ji_children(ji, edge_model=edge_model, cloud_model=cloud_model,
                                  config=self.ctx.workers, secrets=secrets)
 

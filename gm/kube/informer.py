@@ -14,6 +14,9 @@ policy is fail-fast: the factory marks the informer failed (its `wait_synced` ra
 GM's readiness fails) and calls the owner's `on_fatal`, so the GM exits rather than
 reconciling from a dead cache. `wait_synced(within=...)` bounds the first sync at start
 and names the caches that did not make it.
+
+A `transform` (client-go's SetTransform) rewrites each object before it is cached, so a
+cache of a type the GM needs little of (Secrets) keeps only what its readers use.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from shared.tasks import FailFast, FatalHandler, Supervised
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+Transform = Callable[[Obj], Obj]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +67,12 @@ class SharedInformer:
     def __init__(self, client: KubeClient, gvr: GVR, *, namespace: str | None = None,
                  label_selector: str | None = None, field_selector: str | None = None,
                  resync_period: float | None = None, indexers: dict[str, IndexFunc] | None = None,
-                 settings: ReflectorSettings | None = None, metrics: KubeMetrics | None = None):
+                 settings: ReflectorSettings | None = None, metrics: KubeMetrics | None = None,
+                 transform: Transform | None = None):
         self.gvr = gvr
         self.store = Store(indexers)
+        self.transform = transform
+        self._index_fns: dict[str, IndexFunc] = dict(indexers or {})
         self.resync_period = resync_period
         self.metrics = metrics or client.metrics
         self.reflector = Reflector(client, gvr, self, namespace=namespace,
@@ -87,6 +94,15 @@ class SharedInformer:
 
     def add_indexer(self, name: str, fn: IndexFunc) -> None:
         self.store.add_indexer(name, fn)
+        self._index_fns[name] = fn
+
+    def ensure_indexer(self, name: str, fn: IndexFunc) -> None:
+        """`add_indexer` unless `fn` is already the index `name`: several controllers share
+        this informer and may each ask for the same index; two functions under one name
+        is a bug (ValueError)."""
+        if self._index_fns.get(name) is fn:
+            return
+        self.add_indexer(name, fn)
 
     def has_synced(self) -> bool:
         return self._synced.is_set() and self._failure is None
@@ -120,6 +136,7 @@ class SharedInformer:
         """A full list: add/update what is listed, delete what the cache has and the list lacks."""
         seen: set[str] = set()
         for obj in items:
+            obj = self._transformed(obj)
             key = self._key(obj)
             if key is None:
                 continue
@@ -138,6 +155,7 @@ class SharedInformer:
 
     def apply(self, event_type: str, obj: Obj) -> None:
         """One watch event."""
+        obj = self._transformed(obj)
         key = self._key(obj)
         if key is None:
             return
@@ -160,6 +178,9 @@ class SharedInformer:
             await asyncio.sleep(self.resync_period)
             for obj in self.store.list():
                 self._dispatch_update(obj, obj)
+
+    def _transformed(self, obj: Obj) -> Obj:
+        return self.transform(obj) if self.transform is not None else obj
 
     def _key(self, obj: Obj) -> str | None:
         try:
@@ -219,8 +240,10 @@ class InformerFactory:
         self._started = False
 
     def informer(self, gvr: GVR, *, label_selector: str | None = None,
-                 field_selector: str | None = None) -> SharedInformer:
-        """The shared informer for `gvr` (made on first use; started if the factory runs)."""
+                 field_selector: str | None = None, transform: Transform | None = None) -> SharedInformer:
+        """The shared informer for `gvr` (made on first use; started if the factory runs).
+        Every caller of one informer must pass the same `transform` (ValueError otherwise):
+        a reader must not get objects cut down for another."""
         ns = (self.namespace or None) if gvr.namespaced else None
         key = (gvr, ns, label_selector, field_selector)
         inf = self._informers.get(key)
@@ -228,9 +251,11 @@ class InformerFactory:
             inf = self._informers[key] = SharedInformer(
                 self.client, gvr, namespace=ns, label_selector=label_selector,
                 field_selector=field_selector, resync_period=self.resync_period,
-                settings=self.settings, metrics=self.metrics)
+                settings=self.settings, metrics=self.metrics, transform=transform)
             if self._started:
                 self._start_one(inf)
+        elif inf.transform is not transform:
+            raise ValueError(f"informer for {gvr} already made with another transform")
         return inf
 
     def start(self) -> None:

@@ -6,7 +6,14 @@ Pure functions (no I/O): the reconcilers diff the result against the cluster by 
 `children` (owned Pod/Deployment/Service/HPA objects) and `inputs` (Model/Dataset/Secret).
 """
 
-from gm.workers.children import Owner, hpa_name, owner_of
+from gm.workers.children import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    MANAGED_SELECTOR,
+    Owner,
+    hpa_name,
+    owner_of,
+)
 from gm.workers.config import WorkerConfig
 from gm.workers.errors import InvalidSpec, MissingDependency, SpecError
 from gm.workers.federated import (
@@ -26,6 +33,9 @@ from gm.workers.jointinference import (
 from gm.workers.storage import MountURL, StoragePlan, WorkerMount, plan_storage
 
 __all__ = [
+    "MANAGED_BY",
+    "MANAGED_BY_LABEL",
+    "MANAGED_SELECTOR",
     "FLChildren",
     "InvalidSpec",
     "JIChildren",

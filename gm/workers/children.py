@@ -1,10 +1,15 @@
 """Owned child objects (Pod, Deployment, Service, HPA) stamped with owner, labels and hash.
 
 Every child gets a controller ownerReference (cascade delete by the garbage collector),
-the `<kind>.sedna.io/{name,uid,worker-type}` labels, and `sedna.io/spec-hash`: the hash
-of the child as built, without that annotation. A child therefore changes hash exactly
-when something that reaches it changes (its template, a model URL, a Secret, a config
-value), and two builds from the same inputs are byte-identical.
+the `<kind>.sedna.io/{name,uid,worker-type}` labels, the common `MANAGED_BY` label (what
+the GM's one shared informer per child type selects on), and `sedna.io/spec-hash`: the
+hash of the child as built, without that annotation and without `MANAGED_BY`. Leaving the
+marker out of the hash keeps the hashes of children built before it existed valid, so an
+upgraded GM relabels those children instead of rolling or recreating them. A child
+therefore changes hash exactly when something that reaches it changes (its template, a
+model URL, a Secret, a config value), and two builds from the same inputs are
+byte-identical. Pods made by a child Deployment do not carry the marker: the GM does not
+manage them directly.
 """
 
 from __future__ import annotations
@@ -24,6 +29,11 @@ from shared.objects import (
     spec_hash,
     worker_labels,
 )
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "sedna-gm"
+MANAGED_BY = {MANAGED_BY_LABEL: MANAGED_BY_VALUE}
+MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"  # every child the GM creates
 
 _DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
@@ -87,12 +97,16 @@ def check_dns_label(value: str, *, what: str) -> None:
 
 
 def stamped(obj: dict[str, Any]) -> dict[str, Any]:
-    """`obj` with its spec-hash annotation set from its own content."""
+    """`obj` with its spec-hash annotation set from its own content (less `MANAGED_BY`)."""
     meta = obj["metadata"]
     meta.setdefault("annotations", {}).pop(SPEC_HASH_ANNOTATION, None)
     if not meta["annotations"]:
         del meta["annotations"]
+    labels = meta.get("labels") or {}
+    marker = labels.pop(MANAGED_BY_LABEL, None)
     digest = spec_hash(obj)
+    if marker is not None:
+        labels[MANAGED_BY_LABEL] = marker
     meta.setdefault("annotations", {})[SPEC_HASH_ANNOTATION] = digest
     return obj
 
@@ -100,7 +114,7 @@ def stamped(obj: dict[str, Any]) -> dict[str, Any]:
 def _metadata(owner: Owner, *, name: str, labels: Mapping[str, str],
               annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": owner.namespace,
-                            "labels": dict(labels), "ownerReferences": [owner.ref()]}
+                            "labels": {**labels, **MANAGED_BY}, "ownerReferences": [owner.ref()]}
     if annotations:
         meta["annotations"] = dict(annotations)
     return meta

@@ -236,3 +236,34 @@ async def test_cache_sync_timeout_names_the_caches_that_did_not_sync(kube):
         assert str(exc.value) == f"caches not synced within 0.5s: {missing}"
     finally:
         await factory.stop()
+
+
+async def test_transform_shapes_what_is_cached_on_list_and_watch(kube, running):
+    await kube.create(CONFIGMAPS, cm("listed", {"v": "1", "bulk": "x" * 1000}), namespace=NS)
+
+    def slim(obj: dict) -> dict:
+        return {**obj, "data": {k: v for k, v in (obj.get("data") or {}).items() if k != "bulk"}}
+
+    inf = await running(SharedInformer(kube, CONFIGMAPS, namespace=NS, settings=FAST, transform=slim))
+    rec = Recorder()
+    rec.attach(inf)
+    await kube.create(CONFIGMAPS, cm("watched", {"v": "2", "bulk": "y"}), namespace=NS)
+    await eventually(lambda: inf.store.get(f"{NS}/watched") is not None)
+    assert inf.store.get(f"{NS}/listed")["data"] == {"v": "1"}
+    assert inf.store.get(f"{NS}/watched")["data"] == {"v": "2"}
+    assert rec.of("watched") == [("add", "2")]
+
+
+async def test_shared_informer_index_asked_twice_is_made_once(kube):
+    factory = InformerFactory(kube, namespace=NS, resync_period=None, settings=FAST)
+
+    def by_v(obj: dict) -> list[str]:
+        return [(obj.get("data") or {}).get("v", "")]
+
+    inf = factory.informer(CONFIGMAPS)
+    inf.ensure_indexer("by-v", by_v)
+    inf.ensure_indexer("by-v", by_v)  # a second controller asking for the same index
+    with pytest.raises(ValueError):
+        inf.ensure_indexer("by-v", lambda o: [])
+    with pytest.raises(ValueError):
+        factory.informer(CONFIGMAPS, transform=lambda o: o)  # made without one

@@ -653,11 +653,14 @@ def test_cluster_role_covers_what_the_gm_does():
         assert _allowed(role, "sedna.io", api.plural) >= {"get", "list", "watch", "patch"}
         assert _allowed(role, "sedna.io", f"{api.plural}/status") >= {"get", "update", "patch"}
         assert _allowed(role, "sedna.io", f"{api.plural}/finalizers") == {"update"}
-    assert _allowed(role, "", "pods") >= {"create", "get", "list", "watch", "delete"}
-    assert _allowed(role, "apps", "deployments") >= {"create", "get", "list", "watch", "delete", "update"}
-    assert _allowed(role, "autoscaling", "horizontalpodautoscalers") >= {"create", "get", "update", "delete"}
-    assert _allowed(role, "", "services") >= {"create", "get", "list", "delete"}
-    assert _allowed(role, "", "secrets") >= {"get", "list"}
+    # children: cached by list+watch, relabelled (patch) when an older GM made them
+    assert _allowed(role, "", "pods") >= {"create", "get", "list", "watch", "delete", "patch"}
+    assert _allowed(role, "apps", "deployments") >= {"create", "get", "list", "watch", "delete", "update",
+                                                     "patch"}
+    assert _allowed(role, "autoscaling", "horizontalpodautoscalers") >= {"create", "get", "list", "watch",
+                                                                         "update", "delete", "patch"}
+    assert _allowed(role, "", "services") >= {"create", "get", "list", "watch", "update", "delete", "patch"}
+    assert _allowed(role, "", "secrets") >= {"get", "list", "watch"}  # the Secret informer
     assert _allowed(role, "", "events") >= {"create", "patch"}
     assert _allowed(role, "coordination.k8s.io", "leases") >= {"create", "get", "update"}
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",

@@ -8,6 +8,7 @@ import copy
 import pytest
 
 from gm.workers import (
+    MANAGED_BY,
     InvalidSpec,
     MissingDependency,
     WorkerConfig,
@@ -121,7 +122,7 @@ def test_aggregation_pod_env_and_knobs():
     assert spec["containers"][0]["volumeMounts"] == [
         {"name": "model", "mountPath": "/home/data/model"}]
     assert pod["metadata"]["labels"] == {f"{PREFIX}name": JOB, f"{PREFIX}uid": UID,
-                                         f"{PREFIX}worker-type": "aggregation"}
+                                         f"{PREFIX}worker-type": "aggregation", **MANAGED_BY}
 
 
 def test_training_pod_env_and_knobs():
@@ -157,7 +158,7 @@ def test_training_pod_env_and_knobs():
         {"name": "dataz", "mountPath": "/home/data/data/"},
     ]
     assert pod["metadata"]["labels"] == {f"{PREFIX}name": JOB, f"{PREFIX}uid": UID,
-                                         f"{PREFIX}worker-type": "train"}
+                                         f"{PREFIX}worker-type": "train", **MANAGED_BY}
 
 
 def test_worker_name_equals_pod_name_for_every_pod():

@@ -8,6 +8,8 @@ import copy
 import pytest
 
 from gm.workers import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
     InvalidSpec,
     MissingDependency,
     SpecError,
@@ -182,7 +184,7 @@ def test_deployment_labels_selector_template(worker, app):
     dep = getattr(build(), f"{worker}_deployment")
     expected = {f"{PREFIX}name": NAME, f"{PREFIX}uid": UID, f"{PREFIX}worker-type": worker,
                 "app.sedna.io": app}
-    assert dep["metadata"]["labels"] == expected
+    assert dep["metadata"]["labels"] == {**expected, **MANAGED_BY}
     assert dep["spec"]["selector"] == {"matchLabels": expected}
     assert dep["spec"]["template"]["metadata"]["labels"] == expected
     assert "replicas" not in dep["spec"]
@@ -201,7 +203,7 @@ def test_template_labels_and_annotations_survive():
 def test_service_exact():
     svc = build().cloud_service
     labels = {f"{PREFIX}name": NAME, f"{PREFIX}uid": UID, f"{PREFIX}worker-type": "cloud"}
-    assert svc["metadata"]["labels"] == labels
+    assert svc["metadata"]["labels"] == {**labels, **MANAGED_BY}
     assert svc["spec"] == {"type": "ClusterIP", "selector": labels, "ports": [
         {"name": "tcp-0", "protocol": "TCP", "port": 5000, "targetPort": 5000}]}
 
@@ -276,9 +278,11 @@ def test_edits_change_only_the_affected_hash():
 
 
 def test_hash_annotation_is_the_hash_of_the_rest():
+    """The rest less the managed-by marker: the hash a GM from before the marker recorded."""
     from shared.objects import spec_hash
     dep = copy.deepcopy(build().edge_deployment)
     recorded = dep["metadata"].pop("annotations")[SPEC_HASH_ANNOTATION]
+    assert dep["metadata"]["labels"].pop(MANAGED_BY_LABEL) == "sedna-gm"
     assert recorded == spec_hash(dep)
 
 
