@@ -40,7 +40,6 @@ from devcluster.projection import ApiEndpoint, Projector, StoreSources
 from devcluster.runtime import ImageEntry, ProcessRuntime, load_image_map, parse_image_map
 from devcluster.store import Store
 from devcluster.supervisor import Crash, Supervisor
-from devcluster.tls import ServingCert
 from devcluster.tokenreview import TokenAuthority
 
 log = logging.getLogger("devcluster")
@@ -98,7 +97,7 @@ class DevCluster:
         self._runner: web.AppRunner | None = None
         self.host = ""
         self.port = 0
-        self._tls: ServingCert | None = None
+        self._tls: servingcert.ServingCert | None = None
 
     @property
     def url(self) -> str:
@@ -127,10 +126,10 @@ class DevCluster:
         return self.controllers[name]
 
     async def start(self, host: str = "127.0.0.1", port: int = 0, *,
-                    tls: ServingCert | None = None) -> DevCluster:
+                    tls: servingcert.ServingCert | None = None) -> DevCluster:
         """Start the controllers, then serve on host:port (0 picks a free port); HTTPS with `tls`.
         kubectl, Helm and client-go send a kubeconfig's token or client certificate only over
-        HTTPS, so a ServiceAccount-token kubeconfig needs `tls` (see `devcluster.tls`)."""
+        HTTPS, so a ServiceAccount-token kubeconfig needs `tls` (see `devcluster.servingcert.make`)."""
         self._tls = tls
         from devcluster.server import make_app  # the HTTP layer is only needed once serving
 
@@ -139,7 +138,7 @@ class DevCluster:
                        health=self.supervisor.health, tokens=self.tokens)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, ssl_context=tls.server_context() if tls else None)
+        site = web.TCPSite(self._runner, host, port, ssl_context=tls.ssl_context() if tls else None)
         await site.start()
         self.host, self.port = self._runner.addresses[0][:2]
         if self.secure:

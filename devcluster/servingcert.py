@@ -12,6 +12,7 @@ cluster's scratch directory and are for loopback use only.
 from __future__ import annotations
 
 import atexit
+import base64
 import shutil
 import ssl
 import subprocess
@@ -37,9 +38,19 @@ class ServingCert:
     key: Path
 
     def ssl_context(self) -> ssl.SSLContext:
+        """The server side: this certificate and key."""
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.load_cert_chain(self.cert, self.key)
         return ctx
+
+    def client_context(self) -> ssl.SSLContext:
+        """A client context that trusts the CA (aiohttp, kubernetes_asyncio)."""
+        return ssl.create_default_context(cafile=str(self.ca))
+
+    @property
+    def ca_data(self) -> str:
+        """The CA, base64 of its PEM, as a kubeconfig's `certificate-authority-data`."""
+        return base64.b64encode(self.ca.read_bytes()).decode()
 
 
 def available() -> bool:

@@ -12,8 +12,9 @@ import aiohttp
 import pytest
 import yaml
 
+from devcluster import servingcert
 from devcluster.cluster import DevCluster
-from devcluster.tls import ServingCert, TLSUnavailable, self_signed
+from devcluster.servingcert import ServingCert
 from gm.kube import errors as kerr
 from gm.kube.client import KubeClient
 from gm.kube.config import ClientSettings
@@ -70,8 +71,8 @@ class Tls:
 @pytest.fixture
 async def tls(tmp_path: Path) -> AsyncIterator[Tls]:
     try:
-        cert = self_signed(tmp_path / "tls")
-    except TLSUnavailable:
+        cert = servingcert.make(tmp_path / "tls")
+    except servingcert.CertError:
         pytest.skip("openssl is needed to serve HTTPS")
     dc = DevCluster(start_delay=0, termination_delay=0, resync=0.5, lease_interval=1.0)
     await dc.start("127.0.0.1", 0, tls=cert)
