@@ -15,6 +15,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from devcluster import servingcert
+from devcluster.servingcert import ServingCert as ServerCert
 from gm.app import GlobalManager
 from gm.config import ConfigError
 from gm.controllers.common import DATASETS
@@ -25,7 +27,6 @@ from lc.link import GMLink, link_factory
 from proto import SUBPROTOCOL
 from shared.tls import client_context
 from tests.conftest import eventually
-from tests.e2e.certs import ServerCert, make_ca, make_server_cert
 
 NS = "default"
 NODE, OTHER = "edge-node-1", "edge-node-2"
@@ -189,7 +190,7 @@ async def test_token_of_a_deleted_pod_is_refused(start_gm, api, cluster) -> None
 
 @pytest.fixture
 def server_cert(tmp_path: Path) -> ServerCert:
-    return make_server_cert(tmp_path / "pki", make_ca(tmp_path / "pki"))
+    return servingcert.make(tmp_path / "pki")  # a CA and a 127.0.0.1/localhost certificate it signs
 
 
 async def test_lc_connects_over_wss_verifying_the_gm(start_gm, start_lc, api, server_cert: ServerCert,
@@ -210,7 +211,7 @@ async def test_lc_connects_over_wss_verifying_the_gm(start_gm, start_lc, api, se
 
 async def test_lc_with_the_wrong_ca_does_not_connect(start_gm, start_lc, server_cert: ServerCert,
                                                      tmp_path: Path) -> None:
-    other_ca = make_ca(tmp_path / "other-pki", "other-ca")
+    other_ca = servingcert.make(tmp_path / "other-pki").ca
     gm = await start_gm(websocket=ws_settings(tls=f"{{certFile: {server_cert.cert}, keyFile: {server_cert.key}}}"))
     lc = await start_lc(gm, scheme="wss", gm_ca_file=str(other_ca))
     assert isinstance(lc.link, GMLink)
