@@ -42,6 +42,7 @@ from typing import Any, NoReturn
 
 from gm.config import GMConfig
 from gm.controllers.children import ChildPlan, merge_for_update
+from gm.controllers.declare import sedna_gvr
 from gm.controllers.problems import ChildRejected, Problem, problem_of
 from gm.controllers.runner import OwnerGone, TemporaryError
 from gm.kube.client import KubeClient
@@ -67,10 +68,6 @@ DATALESS_SECRET_TYPES = frozenset({"helm.sh/release.v1", "kubernetes.io/service-
 
 Progress = Callable[[], Awaitable[Any]]
 WriteProblem = Callable[[Problem], Awaitable[bool]]
-
-
-def sedna_gvr(kind: apis.SednaKind) -> GVR:
-    return GVR(apis.GROUP, apis.VERSION, kind.plural)
 
 
 JI = sedna_gvr(apis.JOINT_INFERENCE)
