@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gm.workers.deployspec import InlineDeployment
 from gm.workers.errors import InvalidSpec
 from shared.objects import (
     SEDNA_API_VERSION,
@@ -134,8 +135,11 @@ def build_pod(owner: Owner, *, name: str, worker_type: str,
 
 
 def build_deployment(owner: Owner, *, name: str, worker_type: str, app_label: str,
-                     rendered: Mapping[str, Any]) -> dict[str, Any]:
-    """A worker Deployment; replicas is left unset (1 by default, or the HPA's to manage)."""
+                     rendered: Mapping[str, Any],
+                     inline: InlineDeployment | None = None) -> dict[str, Any]:
+    """A worker Deployment; replicas is left unset (1 by default, or the HPA's to manage),
+    unless the CR embeds a DeploymentSpec (`inline`): then its replicas, selector (plus the
+    generated labels) and rollout knobs are honoured."""
     labels = {**owner.labels(worker_type), "app.sedna.io": app_label}
     tmeta = rendered["metadata"]
     template_meta: dict[str, Any] = {"labels": {**tmeta.get("labels", {}), **labels}}
@@ -143,6 +147,8 @@ def build_deployment(owner: Owner, *, name: str, worker_type: str, app_label: st
         template_meta["annotations"] = dict(tmeta["annotations"])
     spec = {"selector": {"matchLabels": labels},
             "template": {"metadata": template_meta, "spec": copy.deepcopy(rendered["spec"])}}
+    if inline is not None:
+        spec = inline.applied(spec)
     return stamped({"apiVersion": "apps/v1", "kind": "Deployment",
                     "metadata": _metadata(owner, name=name, labels=labels), "spec": spec})
 

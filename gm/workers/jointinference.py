@@ -29,7 +29,7 @@ from gm.workers.config import WorkerConfig
 from gm.workers.errors import InvalidSpec
 from gm.workers.inputs import Secrets, mount_of, ref_name, required
 from gm.workers.storage import WorkerMount, plan_storage
-from gm.workers.template import env_field, env_value, render_template
+from gm.workers.template import env_value, identity_env, render_template
 
 KIND = "JointInferenceService"
 BIG_MODEL_PORT = 5000
@@ -162,10 +162,7 @@ def _deployment(owner: Owner, worker_type: str, spec, mount: WorkerMount,
     plan = plan_storage([mount], image=config.storage_initializer_image,
                         pull_policy=config.image_pull_policy)
     env = [
-        env_value("NAMESPACE", owner.namespace),
-        env_value("SERVICE_NAME", owner.name),
-        env_value("JOB_NAME", owner.name),
-        env_field("WORKER_NAME", "metadata.name"),
+        *identity_env(namespace=owner.namespace, name=owner.name),
         env_value("MODEL_URL", plan.value("MODEL_URL")),
         *role_env,
     ]

@@ -32,6 +32,14 @@ def env_field(name: str, field_path: str) -> dict[str, Any]:
                                                      "fieldPath": field_path}}}
 
 
+def identity_env(*, namespace: str, name: str) -> list[dict[str, Any]]:
+    """Who a service's worker is: its CR (`SERVICE_NAME`, and `JOB_NAME`, which the worker
+    library names its reports' owner from) and its own pod name, from the Downward API so
+    it is stable across reconciles and unique per replica."""
+    return [env_value("NAMESPACE", namespace), env_value("SERVICE_NAME", name),
+            env_value("JOB_NAME", name), env_field("WORKER_NAME", "metadata.name")]
+
+
 @dataclass(frozen=True, slots=True)
 class PodKnobs:
     """Pod settings the GM forces (`host_network`) or defaults when the template is silent."""
