@@ -9,6 +9,7 @@ import base64
 import copy
 
 import pytest
+import yaml
 
 from devcluster import schema as server_schema
 from devcluster.registry import Registry
@@ -32,6 +33,7 @@ NOW = "2026-03-01T10:00:00Z"
 LATER = "2026-03-01T10:05:00Z"
 CONFIG = WorkerConfig(lc_server="http://lc.sedna:9100")
 DEP, SVC = f"{NAME}-deployment-fe", f"{NAME}-fe"
+EXAMPLE = apis.CRD_DIR.parents[2] / "examples" / "upstream" / "multi-edge-inference-pedestrian-tracking.yaml"
 
 
 def service(**spec) -> dict:
@@ -169,6 +171,20 @@ def test_s3_model_is_downloaded_with_its_credential():
 
 def test_the_example_builds_a_deployment_the_api_server_accepts():
     deployment, _ = built()
+    assert server_errors("deployments", "apps", deployment) == []
+
+
+def test_the_upstream_example_builds_as_written():
+    with open(EXAMPLE, encoding="utf-8") as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    example = next(d for d in docs if d["kind"] == fe.KIND)
+    found = next(d for d in docs if d["kind"] == "Model")
+    example["metadata"].update(namespace=NS, uid=UID)
+    found["metadata"].update(namespace=NS)
+    deployment, svc = built(example, models=(found,))
+    assert (deployment["metadata"]["name"], svc["metadata"]["name"]) == (DEP, SVC)
+    assert deployment["spec"]["selector"]["matchLabels"]["app"] == "feature-extraction"
+    assert env_of(deployment)["KAFKA_ENABLED"] == "true"
     assert server_errors("deployments", "apps", deployment) == []
 
 
