@@ -19,7 +19,7 @@ import pytest
 from gm.controllers.common import DEPLOYMENTS, PODS, SERVICES
 from gm.controllers.declare import sedna_gvr
 from gm.kinds import DECLARATIONS
-from gm.kube.errors import NotFound
+from gm.kube.errors import Conflict, NotFound
 from gm.kube.resources import GVR
 from shared import apis
 from tests.conftest import eventually
@@ -64,6 +64,20 @@ async def create(api, case: KindCase, *, spec_change=None) -> dict:
     if spec_change is not None:
         spec_change(manifest["spec"])
     return await api.create(cr_gvr(case), manifest, namespace=NS)
+
+
+async def edit(api, case: KindCase, change) -> None:
+    """Read, change the spec, write back: again on a conflict (the GM writes status meanwhile)."""
+    for _ in range(10):
+        cr = await read(api, cr_gvr(case), cr_name(case))
+        assert cr is not None
+        change(cr["spec"])
+        try:
+            await api.replace(cr_gvr(case), cr_name(case), cr, namespace=NS)
+            return
+        except Conflict:
+            continue
+    raise AssertionError(f"could not edit {case.kind}: conflicts")
 
 
 async def children_exist(api, case: KindCase) -> dict[tuple[str, str], dict]:
@@ -128,10 +142,7 @@ async def _healthy(api, case: KindCase) -> dict | None:
 async def test_an_edit_reaches_the_workers(case: KindCase, gm, api):
     await create(api, case)
     await eventually(lambda: children_exist(api, case), within=WAIT, message="children")
-    cr = await read(api, cr_gvr(case), cr_name(case))
-    assert cr is not None
-    case.edit(cr["spec"])
-    await api.replace(cr_gvr(case), cr_name(case), cr, namespace=NS)
+    await edit(api, case, case.edit)
     plural, name = case.edited_child
 
     async def shows_edit() -> bool:
