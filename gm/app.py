@@ -12,7 +12,7 @@ reverses it within a timeout: close the LC sessions, stop the controllers (in-fl
 reconciles finish), flush events, stop the informers, close the server and the client.
 
 Supervision: every long-lived task is a `Supervised` with the fail-fast policy (the
-informers, the event writers, edge credentials, the controllers with the leader
+informers, the event writers, the controllers with the leader
 election that gates them). A GM missing any of them would look alive while doing part of
 its job, so any of them ending unasked makes `wait()` return with `failure` set, and
 `sedna-gm` exits non-zero; a restart by the kubelet is the recovery. So does a cache
@@ -46,11 +46,12 @@ from gm.auth import (
 )
 from gm.config import ConfigError, GMConfig, split_list
 from gm.controllers.common import Context
-from gm.controllers.federatedlearning import FederatedLearningController
-from gm.controllers.jointinference import JointInferenceController
+from gm.controllers.declare import KindDeclaration
+from gm.controllers.reconciler import KindController
 from gm.controllers.runner import ControllerRunner, ReconcileMetrics
 from gm.edge import EdgeObjects
 from gm.hub import Hub
+from gm.kinds import DECLARATIONS
 from gm.kube.client import KubeClient
 from gm.kube.config import ClientSettings
 from gm.kube.events import EventRecorder
@@ -61,6 +62,7 @@ from gm.kube.status import StatusWriter
 from gm.kube.workqueue import WorkQueue
 from gm.upstream import UpstreamStatus
 from gm.workers import WorkerConfig
+from shared import apis
 from shared.logs import event
 from shared.metrics import CONTENT_TYPE, Counter, Registry
 from shared.server_limits import guarded_runner
@@ -70,26 +72,24 @@ from shared.tls import TLSConfigError, server_context
 log = logging.getLogger("gm")
 
 HUB_SYNC_WAIT = 10.0  # how long an LC's upgrade waits for the caches before a 503
-HUB_SETTLE_WAIT = 2.0  # then how long it waits for pending Secret reads (the snapshot needs them)
 TASK_STOP_TIMEOUT = 10.0  # how long stop() waits for each supervised task
 
 
 class LeadershipLost(Exception):
     """The lease was lost (not renewed in time, or taken); the controllers have stopped."""
 
-CONTROLLERS: dict[str, tuple[type, str]] = {
-    # name -> (class, event component as upstream names it)
-    "jointinferenceservice": (JointInferenceController, "jointinferenceservice-controller"),
-    "federatedlearningjob": (FederatedLearningController, "FederatedLearning-controller"),
-}
 
 
 class GlobalManager:
     """One GM process. `await gm.start()`, then `await gm.wait()`; `await gm.stop()` ends it."""
 
     def __init__(self, config: GMConfig, *, registry: Registry | None = None,
-                 identity: str | None = None):
+                 identity: str | None = None,
+                 declarations: tuple[KindDeclaration, ...] = DECLARATIONS):
+        """`declarations`: the kinds to reconcile (gm/kinds); they are also the kinds whose
+        objects go to the edge, with Datasets and Models, and whose reports are taken."""
         self.config = config
+        self.declarations = declarations
         self.registry = registry or Registry()
         self.kube_metrics = KubeMetrics(self.registry)
         self.reconcile_metrics = ReconcileMetrics(self.registry)
@@ -131,8 +131,6 @@ class GlobalManager:
         for recorder in self.recorders:
             await recorder.start(on_fatal=self._fatal)
         await self._serve(ssl_context)
-        assert self.edge is not None
-        self._supervise(self.edge.run, "edge-credentials")
         self._supervise(self._lead_and_run, "controllers")
         event(log, "gm started", port=self.port, namespace=cfg.namespace or "*", identity=self.identity)
 
@@ -144,11 +142,13 @@ class GlobalManager:
                        config=self.config,
                        workers=WorkerConfig(lc_server=self.config.localController.server,
                                             kb_server=self.config.knowledgeBaseServer.server))
-        for name, (cls, component) in CONTROLLERS.items():
-            recorder = EventRecorder(self.client, component=component, metrics=self.kube_metrics)
+        for decl in self.declarations:
+            name = decl.name
+            recorder = EventRecorder(self.client, component=decl.component or f"{name}-controller",
+                                     metrics=self.kube_metrics)
             self.recorders.append(recorder)
             queue = WorkQueue(name, metrics=self.kube_metrics)
-            ctrl = cls(dataclasses.replace(base, events=recorder), queue.add)
+            ctrl = KindController(dataclasses.replace(base, events=recorder), queue.add, decl)
             self.controllers[name] = ctrl
             self.runners[name] = ControllerRunner(name, queue, ctrl.reconcile,
                                                   workers=self.config.workers,
@@ -156,9 +156,11 @@ class GlobalManager:
 
     def _build_hub(self) -> None:
         assert self.client is not None and self.informers is not None
-        self.edge = EdgeObjects(self.informers, self.client)
+        kinds = (apis.DATASET, apis.MODEL, *(d.api for d in self.declarations))
+        self.edge = EdgeObjects(self.informers, kinds=kinds)
         status = StatusWriter(self.client, cache=self.informers.get_cached)
-        self.hub = Hub(self.edge, UpstreamStatus(status), auth=self._node_auth())
+        self.hub = Hub(self.edge, UpstreamStatus(status, rules=[
+            (d.api, d.report) for d in self.declarations if d.report is not None]), auth=self._node_auth())
         self.edge.bind(self.hub.notify_changed)
 
     def _node_auth(self) -> NodeAuth:
@@ -203,12 +205,6 @@ class GlobalManager:
                 await self.informers.wait_synced()
         except (TimeoutError, InformerFailed) as exc:
             raise web.HTTPServiceUnavailable(text=f"GM caches not synced: {exc or 'timeout'}\n") from None
-        try:
-            async with asyncio.timeout(HUB_SETTLE_WAIT):
-                await self.edge.wait_settled()
-        except TimeoutError:
-            event(log, "hub admits a node while secrets are still being read", level=logging.WARNING,
-                  pending=self.edge.awaiting_credentials)
         return await self.hub.handle(request)
 
     async def _serve(self, ssl_context: ssl.SSLContext | None) -> None:
@@ -311,8 +307,6 @@ class GlobalManager:
             sup.expect_end()  # what stop ends (edge sync, drained controllers) is no failure
         if self.hub is not None:
             await self.hub.close()
-        if self.edge is not None:
-            self.edge.stop()
         for runner in self.runners.values():
             await runner.queue.shut_down_with_drain(grace)
         # the controllers task first: the elector stops the reconcilers, then releases the lease
@@ -351,10 +345,11 @@ class HubMetrics:
         self.edge_sends = registry.counter("gm_edge_changes_total", "changes handed to the hub",
                                            ("op",))
         self.credentials = registry.counter("gm_edge_credential_reads_total",
-                                            "Secret reads for downstream objects by outcome", ("result",))
+                                            "credential annotations for downstream objects by outcome",
+                                            ("result",))
         for counter, labels in ((self.sessions, self._SESSIONS), (self.reports, self._REPORTS),
                                 (self.frames, self._FRAMES), (self.edge_sends, ("upsert", "delete")),
-                                (self.credentials, ("ok", "unreadable", "retry"))):
+                                (self.credentials, ("ok", "unreadable"))):
             for label in labels:
                 counter.inc(label, amount=0)
 
@@ -370,7 +365,6 @@ class HubMetrics:
         _mirror(self.edge_sends, "delete", edge.stats.deletes)
         _mirror(self.credentials, "ok", edge.stats.credential_reads)
         _mirror(self.credentials, "unreadable", edge.stats.credential_failures)
-        _mirror(self.credentials, "retry", edge.stats.credential_retries)
 
 
 def _mirror(counter: Counter, label: str, total: float) -> None:

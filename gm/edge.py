@@ -13,23 +13,27 @@ shared/apis.py, read through `_CacheView`:
   trainer Dataset's `nodeName` (the rule gm/workers places trainers by);
 - a Model goes to the nodes of the objects that reference it.
 
-Only the kinds in `EDGE_KINDS`, the ones the GM reconciles, are watched here; the registry
-declares placement for the other kinds too, but no informer follows them, so none of their
-objects is ever sent. A kind outside the registry is an `UnknownKind`, logged once per kind
-and never placed by some other kind's rule.
+Only the kinds in `EDGE_KINDS` are watched here: Datasets, Models and the kinds the GM
+reconciles (gm/kinds), whose workers' reports the hub authorizes by this assignment. The
+registry declares placement for the other kinds too, but no informer follows them, so none
+of their objects is ever sent. A kind outside the registry is an `UnknownKind`, logged once
+per kind and never placed by some other kind's rule. Worker pods are followed through two
+caches: the pods the GM creates (the controllers' shared informer, `MANAGED_SELECTOR`) and
+the pods of the Deployments it creates (every such template carries `app.sedna.io`).
 
 What goes down is a copy of the cached object with `kind`/`apiVersion` set (the cache is
 never touched, upstream bug §6.1) and, for a Dataset or Model with `credentialName`, the
-`sedna.io/credential` annotation built from the Secret as upstream does (§4.6), when the
-Secret can be read. Reading it is I/O, so it happens in `run()`, a worker fed by a
-deduplicating queue; event handlers only compute from the caches. A version is pushed to
-the nodes that do not hold it yet, a node that lost an object is told to delete it
-(deletes included), and an informer resync that changes nothing sends nothing.
+`sedna.io/credential` annotation built from the Secret as upstream does (§4.6). The Secret
+comes from the GM's one Secret cache (the controllers' too), so the handlers stay I/O-free:
+a Secret's change re-publishes the Datasets and Models naming it (the `credential` index),
+so a rotated credential reaches the nodes at once, and a missing or unreadable Secret sends
+the object without the annotation (one warning) until the Secret appears. A version is
+pushed to the nodes that do not hold it yet, a node that lost an object is told to delete
+it (deletes included), and an informer resync that changes nothing sends nothing.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import copy
@@ -38,13 +42,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gm.controllers.common import PODS, sedna_gvr
-from gm.kube.client import KubeClient
-from gm.kube.errors import ApiError, NotFound, Unavailable
+from gm.controllers.common import PODS, index_credentials, sedna_gvr, slim_secret, using_secret
+from gm.kinds import reconciled_kinds
 from gm.kube.informer import InformerFactory, SharedInformer
-from gm.kube.ratelimit import ItemExponentialFailureRateLimiter
 from gm.kube.resources import SECRETS
-from gm.kube.workqueue import SHUTDOWN, WorkQueue
+from gm.workers import MANAGED_SELECTOR
 from gm.workers.jointinference import go_json
 from proto import ObjKey
 from shared import apis
@@ -54,14 +56,11 @@ from shared.objects import deep_get, label_prefix, meta_str
 log = logging.getLogger("sedna.gm.edge")
 
 CREDENTIAL_ANNOTATION = "sedna.io/credential"
-JI_EDGE_POD_SELECTOR = "jointinferenceservice.sedna.io/worker-type=edge"
-_JI_NAME_LABEL = "jointinferenceservice.sedna.io/name"
+DEPLOYED_POD_SELECTOR = "app.sedna.io"  # the pods of every worker Deployment the GM builds
 
 DATASET, MODEL = apis.DATASET.kind, apis.MODEL.kind
-JOINT_INFERENCE = apis.JOINT_INFERENCE.kind
-# The kinds the GM reconciles, hence sends; the other kinds join as their controllers land.
-EDGE_KINDS: tuple[apis.SednaKind, ...] = (apis.DATASET, apis.MODEL, apis.JOINT_INFERENCE,
-                                         apis.FEDERATED_LEARNING)
+# Datasets, Models and the kinds the GM reconciles, hence sends.
+EDGE_KINDS: tuple[apis.SednaKind, ...] = (apis.DATASET, apis.MODEL, *reconciled_kinds())
 KINDS = tuple(api.kind for api in EDGE_KINDS)
 
 Obj = Mapping[str, Any]
@@ -151,9 +150,8 @@ class _Refs:
 class EdgeStats:
     published: int = 0  # versions handed to the hub (one per object, not per node)
     deletes: int = 0  # (object, node) pairs withdrawn
-    credential_reads: int = 0  # Secrets read and turned into the annotation
+    credential_reads: int = 0  # annotations built from a cached Secret
     credential_failures: int = 0  # Secret absent or unreadable: sent without the annotation
-    credential_retries: int = 0  # transient API errors, retried with backoff
 
 
 @dataclass(slots=True)
@@ -165,12 +163,15 @@ class _Deps:
 class EdgeObjects:
     """The hub's `ObjectSource`, fed by informer events; `bind(hub.notify_changed)` before start."""
 
-    def __init__(self, informers: InformerFactory, client: KubeClient, *,
-                 retry_base: float = 0.5, retry_max: float = 30.0):
-        self._client = client
+    def __init__(self, informers: InformerFactory, *, kinds: tuple[apis.SednaKind, ...] = EDGE_KINDS):
+        self._apis = {api.kind: api for api in kinds}
         self._informers: dict[str, SharedInformer] = {
-            api.kind: informers.informer(sedna_gvr(api)) for api in EDGE_KINDS}
-        self._pods = informers.informer(PODS, label_selector=JI_EDGE_POD_SELECTOR)
+            api.kind: informers.informer(sedna_gvr(api)) for api in kinds}
+        self._pods = (informers.informer(PODS, label_selector=MANAGED_SELECTOR),
+                      informers.informer(PODS, label_selector=DEPLOYED_POD_SELECTOR))
+        # the label naming a pod's owner, for each followed kind that has workers
+        self._owner_labels = {f"{label_prefix(api.kind)}name": api.kind for api in kinds
+                              if api.kind not in (DATASET, MODEL)}
         self._view = _CacheView(self)
         self._unknown: set[str] = set()  # kinds already logged as not placeable
         self._notify: Notify | None = None
@@ -178,12 +179,11 @@ class EdgeObjects:
         self._by_node: dict[str, set[ObjKey]] = {}  # node -> keys whose sent_to holds it
         self._refs: dict[ObjKey, _Refs] = {}
         self._deps = _Deps()
-        # keys waiting for their Secret; a key is in `_awaiting` until its payload is published
-        self._credentials = WorkQueue("edge-credentials",
-                                      rate_limiter=ItemExponentialFailureRateLimiter(retry_base, retry_max))
-        self._awaiting: set[ObjKey] = set()
-        self._settled = asyncio.Event()  # set while `_awaiting` is empty
-        self._settled.set()
+        self._secrets = informers.informer(SECRETS, transform=slim_secret)
+        # the kinds that name a Secret whose value goes down with them
+        self._credentialed = {k: self._informers[k] for k in (DATASET, MODEL) if k in self._informers}
+        index_credentials(*self._credentialed.values())
+        self._without_credential: dict[ObjKey, str] = {}  # key -> why it went without, logged once
         self.stats = EdgeStats()
 
     def bind(self, notify: Notify) -> None:
@@ -192,8 +192,11 @@ class EdgeObjects:
         for kind, inf in self._informers.items():
             handler = self._handler(kind)
             inf.add_event_handler(on_add=handler, on_update=lambda _o, n, h=handler: h(n), on_delete=handler)
-        self._pods.add_event_handler(on_add=self._on_pod, on_update=lambda _o, n: self._on_pod(n),
-                                     on_delete=self._on_pod)
+        self._secrets.add_event_handler(on_add=self._on_secret, on_update=lambda _o, n: self._on_secret(n),
+                                        on_delete=self._on_secret)
+        for pods in self._pods:
+            pods.add_event_handler(on_add=self._on_pod, on_update=lambda _o, n: self._on_pod(n),
+                                   on_delete=self._on_pod)
 
     # -- ObjectSource ---------------------------------------------------------------------
 
@@ -217,24 +220,6 @@ class EdgeObjects:
     def __len__(self) -> int:
         return len(self._entries)
 
-    @property
-    def awaiting_credentials(self) -> int:
-        return len(self._awaiting)
-
-    async def wait_settled(self) -> None:
-        """Until no object waits for its Secret (so a snapshot now holds every assigned object)."""
-        await self._settled.wait()
-
-    def _await_credential(self, key: ObjKey) -> None:
-        self._awaiting.add(key)
-        self._settled.clear()
-        self._credentials.add(key)
-
-    def _settle(self, key: ObjKey) -> None:
-        self._awaiting.discard(key)
-        if not self._awaiting:
-            self._settled.set()
-
     # -- event handlers (cache reads only) ------------------------------------------------
 
     def _handler(self, kind: str) -> Callable[[Obj], None]:
@@ -242,10 +227,19 @@ class EdgeObjects:
             self.refresh((kind, meta_str(obj, "namespace"), meta_str(obj, "name")))
         return on_event
 
+    def _on_secret(self, secret: Obj) -> None:
+        """The Datasets and Models naming the Secret are sent again with its new value."""
+        for kind, informer in self._credentialed.items():
+            for obj in using_secret(informer, secret):
+                self.refresh((kind, meta_str(obj, "namespace"), meta_str(obj, "name")))
+
     def _on_pod(self, pod: Obj) -> None:
-        name = deep_get(pod, "metadata", "labels", _JI_NAME_LABEL)
-        if isinstance(name, str) and name:
-            self.refresh((JOINT_INFERENCE, meta_str(pod, "namespace"), name))
+        """A worker came, went or moved: its owner's nodes may change."""
+        labels = deep_get(pod, "metadata", "labels")
+        for label, name in (labels.items() if isinstance(labels, Mapping) else ()):
+            kind = self._owner_labels.get(label)
+            if kind is not None and isinstance(name, str) and name:
+                self.refresh((kind, meta_str(pod, "namespace"), name))
 
     def refresh(self, key: ObjKey) -> None:
         """Recompute one object's nodes from the caches and push what changed."""
@@ -271,15 +265,13 @@ class EdgeObjects:
     def _followed(self, kind: str) -> tuple[apis.SednaKind | None, SharedInformer | None]:
         """The kind and its informer; (None, None), logged once per kind, for a name that is
         not a Sedna kind or a kind this GM does not send."""
-        try:
-            api = apis.require(kind)
-        except apis.UnknownKind as exc:
-            self._log_unplaceable(kind, str(exc))
-            return None, None
-        informer = self._informers.get(kind)
-        if informer is None:
-            self._log_unplaceable(kind, f"{kind} is not sent to the edge by this GM")
-        return api, informer
+        api = self._apis.get(kind)
+        if api is None:
+            registered = apis.by_kind(kind)
+            self._log_unplaceable(kind, str(apis.UnknownKind(kind)) if registered is None
+                                  else f"{kind} is not sent to the edge by this GM")
+            return registered, None
+        return api, self._informers[kind]
 
     def _log_unplaceable(self, kind: str, reason: str) -> None:
         if kind not in self._unknown:
@@ -305,19 +297,42 @@ class EdgeObjects:
         if obj is None or not nodes:
             if entry is not None:
                 del self._entries[key]
-            self._settle(key)
+            self._without_credential.pop(key, None)
             return
         if entry is None:
             entry = self._entries[key] = _Entry(nodes)
         entry.nodes = nodes
-        if credential_name(key[0], obj) is not None:
-            self._await_credential(key)
+        payload = downstream_copy(key[0], obj, credential=self._credential(key, obj))
+        self._publish(key, payload, meta_str(obj, "resourceVersion"))
+
+    def _credential(self, key: ObjKey, obj: Obj) -> str | None:
+        """The credential annotation for the object's Secret (from the cache), or None: no
+        Secret named, or it is missing or unreadable (logged once until that changes)."""
+        secret_name = credential_name(key[0], obj)
+        if secret_name is None:
+            self._without_credential.pop(key, None)
+            return None
+        secret = self._secrets.store.get_by_name(key[1] or None, secret_name)
+        try:
+            if secret is None:
+                raise LookupError(f"secret {secret_name} not found")
+            value = credential_annotation(secret)
+        except (LookupError, ValueError) as exc:
+            self._send_without(key, secret_name, str(exc))
+            return None
+        if self._without_credential.pop(key, None) is not None:
+            event(log, "credential found, sending with it", key=f"{key[1]}/{key[2]}", kind=key[0],
+                  secret=secret_name)
+        self.stats.credential_reads += 1
+        return value
+
+    def _send_without(self, key: ObjKey, secret_name: str, reason: str) -> None:
+        if self._without_credential.get(key) == reason:
             return
-        rv = meta_str(obj, "resourceVersion")
-        if entry.payload is not None and entry.source_rv == rv and rv:
-            self._publish(key, entry.payload, rv)  # same version: only nodes that lack it
-        else:
-            self._publish(key, downstream_copy(key[0], obj), rv)
+        self._without_credential[key] = reason
+        self.stats.credential_failures += 1
+        event(log, "sending without credential", level=logging.WARNING, key=f"{key[1]}/{key[2]}",
+              kind=key[0], secret=secret_name, error=reason)
 
     def _withdraw(self, key: ObjKey, entry: _Entry, lost: frozenset[str]) -> None:
         if not lost:
@@ -334,7 +349,6 @@ class EdgeObjects:
         targets = entry.nodes if payload != entry.payload else entry.nodes - entry.sent_to
         entry.payload, entry.source_rv = payload, rv
         self._set_sent(key, entry, entry.nodes)
-        self._settle(key)
         if targets:
             self.stats.published += 1
             self._emit(key, payload, targets)
@@ -354,64 +368,6 @@ class EdgeObjects:
         if self._notify is not None:
             self._notify(*key, payload, sorted(nodes))
 
-    # -- the credential worker ------------------------------------------------------------
-
-    async def run(self) -> None:
-        """Read the Secrets of Datasets/Models that name one, until `stop()`."""
-        while True:
-            key = await self._credentials.get()
-            if key is SHUTDOWN:
-                return
-            try:
-                await self._resolve(key)  # type: ignore[arg-type]
-            finally:
-                self._credentials.done(key)
-
-    def stop(self) -> None:
-        self._credentials.shut_down()
-
-    async def _resolve(self, key: ObjKey) -> None:
-        kind, namespace, name = key
-        obj = self._informers[kind].store.get_by_name(namespace or None, name)
-        secret_name = credential_name(kind, obj) if obj is not None else None
-        if secret_name is None or key not in self._entries:
-            self._credentials.forget(key)
-            return  # deleted, unassigned or no longer needs a Secret: refresh handled it
-        credential = await self._read_credential(key, secret_name)
-        if credential is _RETRY:
-            return
-        latest = self._informers[kind].store.get_by_name(namespace or None, name)
-        if latest is None or credential_name(kind, latest) != secret_name:
-            self._credentials.add(key)  # changed while we read: look again
-            return
-        self._publish(key, downstream_copy(kind, latest, credential=credential),  # type: ignore[arg-type]
-                      meta_str(latest, "resourceVersion"))
-
-    async def _read_credential(self, key: ObjKey, secret_name: str) -> str | None | object:
-        """The annotation value; None to send without it; _RETRY after a transient error."""
-        kind, namespace, name = key
-        where = {"key": f"{namespace}/{name}", "kind": kind, "secret": secret_name}
-        try:
-            secret = await self._client.get(SECRETS, secret_name, namespace=namespace)
-            value = credential_annotation(secret)
-        except Unavailable as exc:
-            self.stats.credential_retries += 1
-            event(log, "secret read failed, will retry", level=logging.WARNING, **where, error=str(exc))
-            self._credentials.add_rate_limited(key)
-            return _RETRY
-        except (ApiError, ValueError) as exc:
-            self.stats.credential_failures += 1
-            reason = "secret not found" if isinstance(exc, NotFound) else str(exc)
-            event(log, "sending without credential", level=logging.WARNING, **where, error=reason)
-            self._credentials.forget(key)
-            return None
-        self.stats.credential_reads += 1
-        self._credentials.forget(key)
-        return value
-
-
-_RETRY = object()
-
 
 class _CacheView:
     """The placement rules' window on the caches (reads only, so handlers stay I/O-free)."""
@@ -425,10 +381,8 @@ class _CacheView:
         return self._edge._informers[DATASET].store.get_by_name(namespace or None, name)
 
     def worker_pods(self, kind: str, uid: str, worker_type: str) -> list[Obj]:
-        # The pod informer holds JI edge pods only; other kinds' workers join it with their
-        # controllers (until then their objects are not sent at all).
         prefix = label_prefix(kind)
-        return [pod for pod in self._edge._pods.store.by_index("label", f"{prefix}uid={uid}")
+        return [pod for pods in self._edge._pods for pod in pods.store.by_index("label", f"{prefix}uid={uid}")
                 if deep_get(pod, "metadata", "labels", f"{prefix}worker-type") == worker_type]
 
     def user_nodes(self, kind: str, namespace: str, name: str) -> frozenset[str]:
