@@ -33,14 +33,13 @@ from gm.controllers.conditions import deployment_active, deployment_failed, excl
 from gm.controllers.declare import (
     Dependencies,
     KindDeclaration,
-    Mutation,
     Observed,
     Owns,
     sedna_gvr,
     uses_models,
 )
 from gm.kube.resources import DEPLOYMENTS, SERVICES
-from gm.upstream import parse_ji_report, set_metrics
+from gm.reports import metrics_report
 from gm.workers.children import Owner, build_deployment, build_service, check_label_value, owner_of
 from gm.workers.deployspec import InlineDeployment, inline_deployment
 from gm.workers.errors import InvalidSpec
@@ -169,17 +168,6 @@ def _available(dep: Mapping[str, Any]) -> int:
     return deep_get(dep, "status", "availableReplicas", default=0) or 0
 
 
-# -- reports -----------------------------------------------------------------------------
-
-
-def report(body: Mapping[str, Any], _now: str) -> Mutation | None:
-    """A worker report's ownerInfo (less its times) as `status.metrics` (None: no ownerInfo)."""
-    metrics = parse_ji_report(body)
-    if metrics is None:
-        return None
-    return lambda current: set_metrics(current, metrics)
-
-
 DECLARATION = KindDeclaration(
     api=API,
     owns=(Owns(DEPLOYMENTS), Owns(SERVICES)),
@@ -188,5 +176,5 @@ DECLARATION = KindDeclaration(
     watches=(uses_models(API),),
     controller="featureextractionservice",
     component="featureextractionservice-controller",
-    report=report,
+    report=metrics_report,
 )
