@@ -59,10 +59,6 @@ JOB_FAILURES = (BACKOFF_LIMIT_EXCEEDED, DEADLINE_EXCEEDED)
 DEFAULT_BACKOFF_LIMIT = 6
 MAX_COMPLETIONS = 10_000  # one pod name per index; more is a typo, not a job
 _TERMINAL = ("Succeeded", "Failed")
-_OUTCOME_MESSAGES = {
-    BACKOFF_LIMIT_EXCEEDED: "the job has reached the specified backoff limit",
-    DEADLINE_EXCEEDED: "the job was active longer than its activeDeadlineSeconds",
-}
 
 
 # -- the JobSpec ---------------------------------------------------------------------
@@ -372,21 +368,28 @@ def _phase(state: JobState) -> str:
 
 
 def _conditions(conditions: list[dict], state: JobState, kind: str, now: str) -> list[dict]:
+    current = _condition(state, kind)
+    if current is None:
+        return clear_true(conditions, now)
+    type_, reason, message = current
+    return exclusive(conditions, CONDITION_TYPES, type_, reason=reason, message=message, now=now)
+
+
+def _condition(state: JobState, kind: str) -> tuple[str, str, str] | None:
+    """(type, reason, message) of the one True condition, None while nothing has started."""
     spec, done = state.spec, f"{state.succeeded}/{state.spec.completions} completions succeeded"
+    tries = f"{state.failures} failed pods (backoffLimit {spec.backoff_limit})"
     if state.outcome == COMPLETED:
-        return exclusive(conditions, CONDITION_TYPES, "Completed", reason=COMPLETED,
-                         message=f"the {kind} completed: {done}", now=now)
-    if state.outcome is not None:
-        message = f"{_OUTCOME_MESSAGES[state.outcome]}: {state.failures} failed pods " \
-                  f"(backoffLimit {spec.backoff_limit}), {done}"
-        return exclusive(conditions, CONDITION_TYPES, "Failed", reason=state.outcome,
-                         message=message, now=now)
+        return "Completed", COMPLETED, f"the {kind} completed: {done}"
+    if state.outcome == DEADLINE_EXCEEDED:
+        return "Failed", DEADLINE_EXCEEDED, \
+            f"the job was active longer than its activeDeadlineSeconds ({spec.deadline}): {done}"
+    if state.outcome == BACKOFF_LIMIT_EXCEEDED:
+        return "Failed", BACKOFF_LIMIT_EXCEEDED, \
+            f"the job has reached the specified backoff limit: {tries}, {done}"
     if state.active or state.succeeded:
-        message = f"{state.active} active, {done}, {state.failures} failed " \
-                  f"(backoffLimit {spec.backoff_limit})"
-        return exclusive(conditions, CONDITION_TYPES, "Running", reason="Running",
-                         message=message, now=now)
-    return clear_true(conditions, now)
+        return "Running", "Running", f"{state.active} active, {done}, {tries}"
+    return None
 
 
 # -- reports ---------------------------------------------------------------------------
