@@ -332,3 +332,20 @@ def test_a_report_without_owner_info_changes_nothing():
 def test_a_malformed_report_is_refused():
     with pytest.raises(ReportInvalid):
         jobs.report({"output": {"ownerInfo": ["not", "a", "map"]}}, "")
+
+
+def test_no_wake_past_a_deadline_that_cannot_end_the_job():
+    """Past the deadline but held by a bad spec: waking at once would only spin."""
+    job = sim(activeDeadlineSeconds=5)
+    job.reconcile()
+    job.tick(10)
+    job.cr["status"]["conditions"] = [{"type": "Failed", "status": "True", "reason": "InvalidTemplate"}]
+    assert not jobs.finished(job.cr)
+    assert jobs.wake(job.cr, job.now) is None
+
+
+def test_a_job_failed_by_a_bad_spec_never_expires():
+    cr = reid_job(ttlSecondsAfterFinished=0)
+    cr["status"] = {"phase": "Failed", "completionTime": "2026-03-01T10:00:00Z",
+                    "conditions": [{"type": "Failed", "status": "True", "reason": "InvalidJobSpec"}]}
+    assert not jobs.finished(cr) and not jobs.expired(cr, "2026-03-01T11:00:00Z")
