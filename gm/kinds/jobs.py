@@ -37,17 +37,26 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
 from typing import Any
 
 from gm.controllers.conditions import clear_true, exclusive, pod_counts
-from gm.controllers.declare import Mutation, Observed
+from gm.controllers.declare import (
+    Build,
+    Dependencies,
+    KindDeclaration,
+    Mutation,
+    Observed,
+    Owns,
+    Watches,
+)
 from gm.kube.resources import PODS
+from gm.reportorder import parse_time
 from gm.upstream import parse_ji_report, set_metrics
 from gm.workers.children import Owner, build_pod
 from gm.workers.errors import InvalidSpec
 from gm.workers.storage import StoragePlan
 from gm.workers.template import PodKnobs, env_field, env_value, render_template
+from shared import apis
 from shared.objects import deep_get
 
 ATTEMPT_ANNOTATION = "sedna.io/attempt"
@@ -190,8 +199,9 @@ def _outcome(cr: Mapping[str, Any], state: JobState, now: str) -> str | None:
 
 
 def _seconds_until(start: Any, delay: int, now: str) -> float | None:
-    begin, moment = _time(start), _time(now)
-    if begin is None or moment is None:
+    """Seconds from `now` to `delay` after `start`; None unless both are zoned RFC 3339 times."""
+    begin, moment = parse_time(start), parse_time(now)
+    if begin is None or moment is None or begin.tzinfo is None or moment.tzinfo is None:
         return None
     return (begin - moment).total_seconds() + delay
 
@@ -199,15 +209,6 @@ def _seconds_until(start: Any, delay: int, now: str) -> float | None:
 def _past(start: Any, delay: int, now: str) -> bool:
     left = _seconds_until(start, delay, now)
     return left is not None and left <= 0
-
-
-def _time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        return None
 
 
 # -- finished, wake, expired: what the reconciler asks of the CR alone ---------------
@@ -304,19 +305,18 @@ def job_pod(owner: Owner, worker: Worker, template: Any, *, index: int,
     return build_pod(owner, name=name, worker_type=worker.role, rendered=rendered)
 
 
-def final_pods(pods: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """A finished job's pods: the terminal ones, kept as they are (its spec no longer matters)."""
-    return [kept(p) for p in pods if deep_get(p, "status", "phase") in _TERMINAL]
-
-
-def build_job_pods(cr: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, owner: Owner,
-                   worker: Worker, now: str) -> list[dict[str, Any]]:
-    """Every pod a running job wants, from its spec and the pods it has (`deps.observed(PODS)`)."""
-    spec = job_spec(cr["spec"])
-    template = cr["spec"].get("template")
-    job_pod(owner, worker, template, index=0, attempt=0)  # a bad template fails every time
-    state = observe(cr, pods, spec=spec, role=worker.role, now=now)
-    return desired_pods(state, lambda i, attempt: job_pod(owner, worker, template, index=i,
+def build_job_pods(cr: Mapping[str, Any], deps: Dependencies, *, owner: Owner,
+                   worker: Callable[[], Worker]) -> list[dict[str, Any]]:
+    """Every pod the job wants, from its spec and the pods it has. `worker` is only asked
+    for while the job runs: a finished job keeps its terminal pods as they are, whatever
+    its spec or its Model say now."""
+    pods = deps.observed(PODS)
+    if finished(cr):
+        return [kept(p) for p in pods if deep_get(p, "status", "phase") in _TERMINAL]
+    spec, template, made = job_spec(cr["spec"]), cr["spec"].get("template"), worker()
+    job_pod(owner, made, template, index=0, attempt=0)  # a bad template fails every time
+    state = observe(cr, pods, spec=spec, role=made.role, now=deps.now)
+    return desired_pods(state, lambda i, attempt: job_pod(owner, made, template, index=i,
                                                           attempt=attempt))
 
 
@@ -403,3 +403,20 @@ def report(body: Mapping[str, Any], now: str) -> Mutation | None:
     if metrics is None:
         return None
     return lambda status: set_metrics(status, metrics)
+
+
+# -- the declaration -------------------------------------------------------------------
+
+
+def declaration(api: apis.SednaKind, *, role: str, build: Build, controller: str, component: str,
+                owns: tuple[Owns, ...] = (), watches: tuple[Watches, ...] = ()) -> KindDeclaration:
+    """A job kind: its pods are `recreate` children that never come back once it is finished,
+    and the job rules answer status, finished, wake, expired and reports; `owns` and
+    `watches` are what the kind adds (a Service, its Models)."""
+    def status(cr: dict, observed: Observed) -> dict:
+        return job_status(cr, observed, role=role, kind=api.kind)
+
+    return KindDeclaration(
+        api=api, owns=(Owns(PODS, on_edit="recreate", frozen_when_finished=True), *owns),
+        build=build, status=status, watches=watches, controller=controller, component=component,
+        finished=finished, wake=wake, expired=expired, report=report)

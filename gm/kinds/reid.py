@@ -10,7 +10,7 @@ Service (upstream's `ReidPort` constant is unused). Reports: see `jobs.report`.
 
 from __future__ import annotations
 
-from gm.controllers.declare import Children, Dependencies, KindDeclaration, Observed, Owns
+from gm.controllers.declare import Children, Dependencies
 from gm.kinds import jobs
 from gm.kube.resources import PODS
 from gm.workers.children import owner_of
@@ -23,28 +23,12 @@ ROLE = "reid"
 
 
 def build(cr: dict, deps: Dependencies) -> Children:
-    owner = owner_of(cr, kind=KIND)
-    pods = deps.observed(PODS)
-    if jobs.finished(cr):
-        return {PODS: jobs.final_pods(pods)}
-    env = (env_value("LC_SERVER", deps.config.lc_server), *jobs.kafka_env(cr["spec"]))
-    worker = jobs.Worker(role=ROLE, env=env, storage=StoragePlan())
-    return {PODS: jobs.build_job_pods(cr, pods, owner=owner, worker=worker, now=deps.now)}
+    def worker() -> jobs.Worker:
+        env = (env_value("LC_SERVER", deps.config.lc_server), *jobs.kafka_env(cr["spec"]))
+        return jobs.Worker(role=ROLE, env=env, storage=StoragePlan())
+
+    return {PODS: jobs.build_job_pods(cr, deps, owner=owner_of(cr, kind=KIND), worker=worker)}
 
 
-def status(cr: dict, observed: Observed) -> dict:
-    return jobs.job_status(cr, observed, role=ROLE, kind=KIND)
-
-
-DECLARATION = KindDeclaration(
-    api=apis.REID,
-    owns=(Owns(PODS, on_edit="recreate", frozen_when_finished=True),),
-    build=build,
-    status=status,
-    controller="reidjob",
-    component="Reid-controller",
-    finished=jobs.finished,
-    wake=jobs.wake,
-    expired=jobs.expired,
-    report=jobs.report,
-)
+DECLARATION = jobs.declaration(apis.REID, role=ROLE, build=build, controller="reidjob",
+                               component="Reid-controller")

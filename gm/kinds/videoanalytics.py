@@ -13,15 +13,7 @@ is gone.
 
 from __future__ import annotations
 
-from gm.controllers.declare import (
-    Children,
-    Dependencies,
-    KindDeclaration,
-    Observed,
-    Owns,
-    sedna_gvr,
-    uses_models,
-)
+from gm.controllers.declare import Children, Dependencies, Owns, sedna_gvr, uses_models
 from gm.kinds import jobs
 from gm.kube.resources import PODS, SERVICES
 from gm.workers.children import Owner, build_service, owner_of
@@ -43,15 +35,14 @@ def service_name(job: str) -> str:
 def build(cr: dict, deps: Dependencies) -> Children:
     owner = owner_of(cr, kind=KIND)
     service = build_service(owner, name=service_name(owner.name), worker_type=ROLE, port=PORT)
-    pods = deps.observed(PODS)
-    if jobs.finished(cr):
-        return {PODS: jobs.final_pods(pods), SERVICES: [service]}
-    model_name, storage = _model(cr, deps, owner)
-    env = (env_value("MODEL_NAME", model_name), env_value("LC_SERVER", deps.config.lc_server),
-           *jobs.kafka_env(cr["spec"]))
-    worker = jobs.Worker(role=ROLE, env=env, storage=storage)
-    return {PODS: jobs.build_job_pods(cr, pods, owner=owner, worker=worker, now=deps.now),
-            SERVICES: [service]}
+
+    def worker() -> jobs.Worker:
+        model_name, storage = _model(cr, deps, owner)
+        env = (env_value("MODEL_NAME", model_name), env_value("LC_SERVER", deps.config.lc_server),
+               *jobs.kafka_env(cr["spec"]))
+        return jobs.Worker(role=ROLE, env=env, storage=storage)
+
+    return {PODS: jobs.build_job_pods(cr, deps, owner=owner, worker=worker), SERVICES: [service]}
 
 
 def _model(cr: dict, deps: Dependencies, owner: Owner) -> tuple[str, StoragePlan]:
@@ -64,20 +55,7 @@ def _model(cr: dict, deps: Dependencies, owner: Owner) -> tuple[str, StoragePlan
     return name, plan
 
 
-def status(cr: dict, observed: Observed) -> dict:
-    return jobs.job_status(cr, observed, role=ROLE, kind=KIND)
-
-
-DECLARATION = KindDeclaration(
-    api=apis.VIDEO_ANALYTICS,
-    owns=(Owns(PODS, on_edit="recreate", frozen_when_finished=True), Owns(SERVICES)),
-    build=build,
-    status=status,
-    watches=(uses_models(apis.VIDEO_ANALYTICS),),
-    controller="videoanalyticsjob",
-    component="VideoAnalytics-controller",
-    finished=jobs.finished,
-    wake=jobs.wake,
-    expired=jobs.expired,
-    report=jobs.report,
-)
+DECLARATION = jobs.declaration(
+    apis.VIDEO_ANALYTICS, role=ROLE, build=build, controller="videoanalyticsjob",
+    component="VideoAnalytics-controller", owns=(Owns(SERVICES),),
+    watches=(uses_models(apis.VIDEO_ANALYTICS),))

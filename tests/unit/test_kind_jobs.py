@@ -242,7 +242,7 @@ def test_a_bad_spec_is_not_an_end():
     cr = job.cr
     observed = Observed(children={"pods": []}, desired=None, converged=False, now="2026-03-01T10:00:00Z",
                         problem=("InvalidJobSpec", "spec.backoffLimit must be an integer >= 0, got -1"))
-    status = reid.status(cr, observed)
+    status = reid.DECLARATION.status(cr, observed)
     assert status["phase"] == "Pending" and failed_condition(status)["reason"] == "InvalidJobSpec"
     assert not jobs.finished({**cr, "status": status})
     job.cr["status"] = status

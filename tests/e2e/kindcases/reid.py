@@ -35,8 +35,11 @@ _JOB = {
 }
 
 
-def _edit(spec: dict[str, Any]) -> None:
-    spec["template"]["spec"]["containers"][0]["image"] = EDITED_IMAGE
+def set_image(image: str):
+    """The edit both job cases make: the template's image (the running pod is recreated)."""
+    def edit(spec: dict[str, Any]) -> None:
+        spec["template"]["spec"]["containers"][0]["image"] = image
+    return edit
 
 
 def _edited(pod: dict[str, Any]) -> bool:
@@ -47,10 +50,14 @@ def _bad_spec(spec: dict[str, Any]) -> None:
     spec["backoffLimit"] = -1
 
 
-def _healthy(status: dict[str, Any]) -> bool:
+def running_job(status: dict[str, Any]) -> bool:
+    """One active pod, phase Running and the Running condition True (both job cases)."""
     running = [c for c in status.get("conditions") or () if c.get("type") == "Running"]
     return (status.get("phase") == "Running" and status.get("active") == 1
             and bool(running) and running[0].get("status") == "True")
+
+
+JOB_COLUMNS = ("NAME", "PHASE", "ACTIVE", "SUCCEEDED", "FAILED", "AGE")
 
 
 CASE = KindCase(
@@ -58,12 +65,12 @@ CASE = KindCase(
     manifest=copy.deepcopy(_JOB),
     children={"pods": (POD,)},
     worker=("pods", POD),
-    edit=_edit,
+    edit=set_image(EDITED_IMAGE),
     edited_child=("pods", POD),
     edited=_edited,
     bad_spec=_bad_spec,
     bad_reason="InvalidJobSpec",
-    healthy=_healthy,
-    columns=("NAME", "PHASE", "ACTIVE", "SUCCEEDED", "FAILED", "AGE"),
+    healthy=running_job,
+    columns=JOB_COLUMNS,
     notes=("the pod keeps restartPolicy OnFailure; unset or Always would become Never",),
 )

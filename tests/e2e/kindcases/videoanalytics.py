@@ -11,6 +11,7 @@ import copy
 from typing import Any
 
 from tests.e2e.kindcases import KindCase, env_of, image_of
+from tests.e2e.kindcases.reid import JOB_COLUMNS, running_job, set_image
 
 NAME = "video-analytics"
 MODEL = "m3l"
@@ -47,10 +48,6 @@ _JOB = {
 }
 
 
-def _edit(spec: dict[str, Any]) -> None:
-    spec["template"]["spec"]["containers"][0]["image"] = EDITED_IMAGE
-
-
 def _edited(pod: dict[str, Any]) -> bool:
     return (image_of(pod) == EDITED_IMAGE and env_of(pod, "MODEL_NAME") == MODEL
             and env_of(pod, "MODEL_URL") == "/home/data" + _MODEL["spec"]["url"])
@@ -61,24 +58,18 @@ def _bad_spec(spec: dict[str, Any]) -> None:
     spec["template"]["spec"]["containers"] = []
 
 
-def _healthy(status: dict[str, Any]) -> bool:
-    running = [c for c in status.get("conditions") or () if c.get("type") == "Running"]
-    return (status.get("phase") == "Running" and status.get("active") == 1
-            and bool(running) and running[0].get("status") == "True")
-
-
 CASE = KindCase(
     kind="VideoAnalyticsJob",
     manifest=copy.deepcopy(_JOB),
     children={"pods": (POD,), "services": (SERVICE,)},
     worker=("pods", POD),
-    edit=_edit,
+    edit=set_image(EDITED_IMAGE),
     edited_child=("pods", POD),
     edited=_edited,
     bad_spec=_bad_spec,
     bad_reason="InvalidTemplate",
     prerequisites=(copy.deepcopy(_MODEL),),
-    healthy=_healthy,
-    columns=("NAME", "PHASE", "ACTIVE", "SUCCEEDED", "FAILED", "AGE"),
+    healthy=running_job,
+    columns=JOB_COLUMNS,
     notes=("the Model is a local path: MODEL_URL is its hostPath mount under /home/data",),
 )
