@@ -48,6 +48,8 @@ LINK_STOP_TIMEOUT = 10.0  # the link closes its socket within its own close time
 LINK_RESTART = Restart(initial=0.5, cap=30.0, stable_after=60.0)
 # Report forwarding only; their trigger logic (sample files, rounds) is a later issue.
 TRAINING_KINDS = ("IncrementalLearningJob", "LifelongLearningJob")
+# Kinds whose worker reports are relayed as they are (the GM keeps them as status.metrics).
+JOB_KINDS = ("ReidJob", "VideoAnalyticsJob")
 
 
 class Link(Protocol):
@@ -126,7 +128,7 @@ class LocalController:
             DatasetManager(self.store, rootfs=self.config.rootfs,
                            period=self.config.dataset_period),
             ModelManager(), JointInferenceManager(), FederatedLearningManager(),
-            *(ReportForwarder(kind) for kind in TRAINING_KINDS),
+            *(ReportForwarder(kind) for kind in (*TRAINING_KINDS, *JOB_KINDS)),
         ]
         self.dispatcher = Dispatcher(self.store, managers)
         resumed = await self.dispatcher.resume()

@@ -44,14 +44,13 @@ from gm.controllers.declare import (
     Build,
     Dependencies,
     KindDeclaration,
-    Mutation,
-    Observed,
+        Observed,
     Owns,
     Watches,
 )
 from gm.kube.resources import PODS
 from gm.reportorder import parse_time
-from gm.upstream import parse_ji_report, set_metrics
+from gm.reports import metrics_report
 from gm.workers.children import Owner, build_pod
 from gm.workers.errors import InvalidSpec
 from gm.workers.storage import StoragePlan
@@ -392,31 +391,21 @@ def _condition(state: JobState, kind: str) -> tuple[str, str, str] | None:
     return None
 
 
-# -- reports ---------------------------------------------------------------------------
-
-
-def report(body: Mapping[str, Any], now: str) -> Mutation | None:
-    """Upstream parses a job's report and discards it; here its `ownerInfo` (without its two
-    times) becomes `status.metrics`, sorted by key, as for JointInferenceService: what the
-    worker says it is doing is worth showing the user."""
-    metrics = parse_ji_report(body)
-    if metrics is None:
-        return None
-    return lambda status: set_metrics(status, metrics)
-
-
 # -- the declaration -------------------------------------------------------------------
 
 
 def declaration(api: apis.SednaKind, *, role: str, build: Build, controller: str, component: str,
                 owns: tuple[Owns, ...] = (), watches: tuple[Watches, ...] = ()) -> KindDeclaration:
     """A job kind: its pods are `recreate` children that never come back once it is finished,
-    and the job rules answer status, finished, wake, expired and reports; `owns` and
-    `watches` are what the kind adds (a Service, its Models)."""
+    and the job rules answer status, finished, wake and expired; `owns` and `watches` are
+    what the kind adds (a Service, its Models). Reports: upstream parses a job's report and
+    discards it; here its `ownerInfo` (without its two times) becomes `status.metrics`,
+    sorted by key, as for JointInferenceService: what the workers say they are doing is
+    worth showing the user."""
     def status(cr: dict, observed: Observed) -> dict:
         return job_status(cr, observed, role=role, kind=api.kind)
 
     return KindDeclaration(
         api=api, owns=(Owns(PODS, on_edit="recreate", frozen_when_finished=True), *owns),
         build=build, status=status, watches=watches, controller=controller, component=component,
-        finished=finished, wake=wake, expired=expired, report=report)
+        finished=finished, wake=wake, expired=expired, report=metrics_report)

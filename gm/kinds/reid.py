@@ -5,7 +5,7 @@ Upstream starts one pod `<job>-reid-<random>` and ignores the JobSpec; here the 
 `activeDeadlineSeconds` and deleted with the CR `ttlSecondsAfterFinished` after it ends.
 Env as upstream (§3.8): `WORKER_NAME` (the pod's own name), `JOB_NAME`, `NAMESPACE`,
 `LC_SERVER`, `KAFKA_ENABLED=true` when `kafkaSupport`; plus `JOB_COMPLETION_INDEX`. No
-Service (upstream's `ReidPort` constant is unused). Reports: see `jobs.report`.
+Service (upstream's `ReidPort` constant is unused). Reports: see `jobs.declaration`.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from gm.controllers.common import DATASETS, FL, JI, MODELS
-from gm.edge import CREDENTIAL_ANNOTATION
+from gm.edge import CREDENTIAL_ANNOTATION, EDGE_KINDS
 from gm.kube.resources import GVR, SECRETS
 from proto import (
     BARE_HEADER,
@@ -311,13 +311,14 @@ async def test_api_failure_defers_the_report_until_a_resend_succeeds(gm, api, co
 async def test_unknown_and_unsent_kinds_are_never_placed(gm, api, caplog):
     await create_fl_example(api, gm)
     held = len(gm.edge)
+    unsent = next(k.kind for k in apis.ALL_KINDS if k not in EDGE_KINDS)  # declared, no controller yet
     for _ in range(2):
         gm.edge.refresh(("Widget", NS, JOB))  # not a Sedna kind: never some other kind's rule
-        gm.edge.refresh(("ReidJob", NS, JOB))  # declared, but no controller yet: not sent
+        gm.edge.refresh((unsent, NS, JOB))  # not sent
     assert gm.edge.nodes_of("Widget", NS, JOB) == frozenset()
-    assert gm.edge.nodes_of("ReidJob", NS, JOB) == frozenset()
+    assert gm.edge.nodes_of(unsent, NS, JOB) == frozenset()
     assert len(gm.edge) == held
     logged = [(r.kind, r.reason) for r in caplog.records
               if r.name == "sedna.gm.edge" and r.getMessage() == "edge cannot place kind"]
     assert logged == [("Widget", "'Widget' is not a Sedna kind"),  # once per kind
-                      ("ReidJob", "ReidJob is not sent to the edge by this GM")]
+                      (unsent, f"{unsent} is not sent to the edge by this GM")]

@@ -319,19 +319,19 @@ def test_a_report_becomes_sorted_metrics_without_its_times():
     body = {"phase": "running", "status": "ok", "output": {"ownerInfo": {
         "startTime": "2026-03-01 10:00:00", "updateTime": "2026-03-01 10:01:00",
         "fps": 25, "tracked": "12", "camera": {"id": 3}}}}
-    mutate = jobs.report(body, T0.isoformat())
+    mutate = reid.DECLARATION.report(body, T0.isoformat())
     assert mutate({"phase": "Running"}) == {"phase": "Running", "metrics": [
         {"key": "camera", "value": '{"id":3}'}, {"key": "fps", "value": "25"},
         {"key": "tracked", "value": "12"}]}
 
 
 def test_a_report_without_owner_info_changes_nothing():
-    assert jobs.report({"phase": "running", "output": {"models": []}}, "") is None
+    assert reid.DECLARATION.report({"phase": "running", "output": {"models": []}}, "") is None
 
 
 def test_a_malformed_report_is_refused():
     with pytest.raises(ReportInvalid):
-        jobs.report({"output": {"ownerInfo": ["not", "a", "map"]}}, "")
+        reid.DECLARATION.report({"output": {"ownerInfo": ["not", "a", "map"]}}, "")
 
 
 def test_no_wake_past_a_deadline_that_cannot_end_the_job():

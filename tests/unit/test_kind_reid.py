@@ -9,6 +9,7 @@ import pytest
 from gm.controllers.declare import Dependencies
 from gm.kinds import jobs, reid
 from gm.kube.resources import PODS
+from gm.reports import metrics_report
 from gm.workers import MANAGED_BY
 from gm.workers.errors import InvalidSpec
 from shared.objects import is_controlled_by, spec_hash_of
@@ -130,4 +131,4 @@ def test_the_declaration():
     assert (owns.gvr, owns.on_edit, owns.frozen_when_finished) == (PODS, "recreate", True)
     assert decl.watches == ()
     assert decl.finished is jobs.finished and decl.wake is jobs.wake and decl.expired is jobs.expired
-    assert decl.report is jobs.report
+    assert decl.report is metrics_report

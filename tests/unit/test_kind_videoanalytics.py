@@ -10,6 +10,7 @@ import pytest
 from gm.controllers.declare import Dependencies
 from gm.kinds import jobs, videoanalytics
 from gm.kube.resources import PODS, SERVICES
+from gm.reports import metrics_report
 from gm.workers import MANAGED_BY
 from gm.workers.errors import InvalidSpec, MissingDependency
 from shared.objects import spec_hash_of
@@ -155,4 +156,4 @@ def test_the_declaration():
     assert (services.gvr, services.on_edit, services.frozen_when_finished) == (SERVICES, "update", False)
     [watch] = decl.watches
     assert watch.gvr.plural == "models" and list(watch.refs(video_analytics())) == ["m3l"]
-    assert decl.finished is jobs.finished and decl.report is jobs.report
+    assert decl.finished is jobs.finished and decl.report is metrics_report

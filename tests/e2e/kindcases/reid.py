@@ -60,17 +60,19 @@ def running_job(status: dict[str, Any]) -> bool:
 JOB_COLUMNS = ("NAME", "PHASE", "ACTIVE", "SUCCEEDED", "FAILED", "AGE")
 
 
-CASE = KindCase(
-    kind="ReidJob",
-    manifest=copy.deepcopy(_JOB),
-    children={"pods": (POD,)},
-    worker=("pods", POD),
-    edit=set_image(EDITED_IMAGE),
-    edited_child=("pods", POD),
-    edited=_edited,
-    bad_spec=_bad_spec,
-    bad_reason="InvalidJobSpec",
-    healthy=running_job,
-    columns=JOB_COLUMNS,
-    notes=("the pod keeps restartPolicy OnFailure; unset or Always would become Never",),
-)
+CASES = [
+    KindCase(
+        kind="ReidJob",
+        manifest=copy.deepcopy(_JOB),
+        children={"pods": (POD,)},
+        worker=("pods", POD),
+        edit=set_image(EDITED_IMAGE),
+        edited_child=("pods", POD),
+        edited=_edited,
+        bad_spec=_bad_spec,
+        bad_reason="InvalidJobSpec",
+        healthy=running_job,
+        columns=JOB_COLUMNS,
+        notes=("the pod keeps restartPolicy OnFailure; unset or Always would become Never",),
+    ),
+]

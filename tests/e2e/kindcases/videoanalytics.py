@@ -58,18 +58,20 @@ def _bad_spec(spec: dict[str, Any]) -> None:
     spec["template"]["spec"]["containers"] = []
 
 
-CASE = KindCase(
-    kind="VideoAnalyticsJob",
-    manifest=copy.deepcopy(_JOB),
-    children={"pods": (POD,), "services": (SERVICE,)},
-    worker=("pods", POD),
-    edit=set_image(EDITED_IMAGE),
-    edited_child=("pods", POD),
-    edited=_edited,
-    bad_spec=_bad_spec,
-    bad_reason="InvalidTemplate",
-    prerequisites=(copy.deepcopy(_MODEL),),
-    healthy=running_job,
-    columns=JOB_COLUMNS,
-    notes=("the Model is a local path: MODEL_URL is its hostPath mount under /home/data",),
-)
+CASES = [
+    KindCase(
+        kind="VideoAnalyticsJob",
+        manifest=copy.deepcopy(_JOB),
+        children={"pods": (POD,), "services": (SERVICE,)},
+        worker=("pods", POD),
+        edit=set_image(EDITED_IMAGE),
+        edited_child=("pods", POD),
+        edited=_edited,
+        bad_spec=_bad_spec,
+        bad_reason="InvalidTemplate",
+        prerequisites=(copy.deepcopy(_MODEL),),
+        healthy=running_job,
+        columns=JOB_COLUMNS,
+        notes=("the Model is a local path: MODEL_URL is its hostPath mount under /home/data",),
+    ),
+]
