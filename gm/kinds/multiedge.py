@@ -23,7 +23,9 @@ worker types and env follow upstream's ObjectSearch controller (spec/upstream-gm
 - A tracking pod keeps its template's restartPolicy (upstream forces none either). A failed
   tracking pod or Deployment makes the service Failed, but not for good (upstream: terminal):
   the service keeps being reconciled and goes back to Running once its workers are healthy
-  again (e.g. after the failed pod is deleted and so recreated).
+  again (e.g. after the failed pod is deleted and so recreated). A tracking pod that ended
+  successfully is neither: it counts as not running (the service shows Pending with the
+  count) until it is deleted, and so recreated, or edited.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from gm.controllers.conditions import deployment_active, deployment_failed, exclusive, pod_counts
+from gm.controllers.conditions import deployment_active, deployment_failed, exclusive
 from gm.controllers.declare import Mutation, Observed, Owns
 from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
 from gm.upstream import parse_ji_report, set_metrics
@@ -235,7 +237,7 @@ def _failures(deployments: list[dict], pods: list[dict]) -> list[tuple[str, str]
     """(reason, message) per failed worker, tracking pods first (as upstream ranks them)."""
     out = []
     for pod in pods:
-        if pod_counts([pod])[2]:
+        if deep_get(pod, "status", "phase") == "Failed":
             why = deep_get(pod, "status", "message") or deep_get(pod, "status", "reason") or "phase Failed"
             out.append(("PodFailed", f"tracking worker {pod['metadata']['name']} failed: {why}"))
     for dep in deployments:
