@@ -8,9 +8,10 @@ import copy
 import pytest
 
 from gm.controllers.declare import Dependencies, Observed
-from gm.kinds import objecttracking
+from gm.kinds import multiedge, objecttracking
 from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
 from gm.workers import InvalidSpec, WorkerConfig
+from shared import apis
 from shared.objects import find_condition, spec_hash_of
 from tests.unit.test_crds import crd_schema, server_check, validate
 
@@ -140,5 +141,6 @@ def test_declaration():
         "ObjectTrackingService", "objecttrackingservice", "objecttracking-controller")
     assert {o.gvr: o.on_edit for o in decl.owns} == {
         DEPLOYMENTS: "update", SERVICES: "update", PODS: "recreate"}
+    assert multiedge.CONDITION_TYPES == decl.api.condition_types == apis.OBJECT_SEARCH.condition_types
     mutate = decl.report({"output": {"ownerInfo": {"tracks": 3}}}, NOW)
     assert mutate({})["metrics"] == [{"key": "tracks", "value": "3"}]
