@@ -1,5 +1,5 @@
 """What ObjectSearchService and ObjectTrackingService share: the re-identification
-Deployment and its Service, the tracking worker pods, the status rules and the report rule.
+Deployment and its Service, the tracking worker pods and the status rules.
 
 Both kinds run one tracking worker per camera (a Pod per `spec.trackingWorkers` entry) that
 sends what it sees to a pool of re-identification workers (the inline DeploymentSpec
@@ -34,9 +34,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gm.controllers.conditions import deployment_active, deployment_failed, exclusive
-from gm.controllers.declare import Mutation, Observed, Owns
+from gm.controllers.declare import Observed, Owns
 from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
-from gm.upstream import parse_ji_report, set_metrics
 from gm.workers.children import (
     Owner,
     build_deployment,
@@ -261,19 +260,6 @@ def _conditions(conditions: list[dict], observed: Observed, *, failures: list[tu
         return exclusive(conditions, CONDITION_TYPES, "Pending", reason="WorkersStarting",
                          message=f"{active}/{expected} workers available", now=now)
     return exclusive(conditions, CONDITION_TYPES, "Failed", reason=reason, message=message, now=now)
-
-
-# -- upstream reports ---------------------------------------------------------------------
-
-
-def report_metrics(body: Mapping[str, Any], _now: str) -> Mutation | None:
-    """A worker report's `output.ownerInfo` (less its times) becomes `status.metrics`, as for
-    JointInferenceService. Upstream registers these kinds with a no-op handler, so nothing
-    an upstream worker sends is lost by keeping it; a report without ownerInfo changes nothing."""
-    metrics = parse_ji_report(body)
-    if metrics is None:
-        return None
-    return lambda status: set_metrics(status, metrics)
 
 
 def _is_count(value: Any) -> bool:

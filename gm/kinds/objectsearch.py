@@ -23,6 +23,7 @@ from gm.controllers.declare import Dependencies, KindDeclaration
 from gm.kinds import multiedge
 from gm.kinds.multiedge import USER
 from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
+from gm.reports import metrics_report
 from gm.workers.errors import InvalidSpec
 from shared import apis
 
@@ -57,5 +58,5 @@ DECLARATION = KindDeclaration(
     status=multiedge.service_status,
     controller="objectsearchservice",
     component="objectsearch-controller",
-    report=multiedge.report_metrics,
+    report=metrics_report,
 )

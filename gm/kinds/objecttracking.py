@@ -26,6 +26,7 @@ from typing import Any
 from gm.controllers.declare import Dependencies, KindDeclaration
 from gm.kinds import multiedge
 from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
+from gm.reports import metrics_report
 from shared import apis
 
 KIND = apis.OBJECT_TRACKING.kind
@@ -50,5 +51,5 @@ DECLARATION = KindDeclaration(
     status=multiedge.service_status,
     controller="objecttrackingservice",
     component="objecttracking-controller",
-    report=multiedge.report_metrics,
+    report=metrics_report,
 )

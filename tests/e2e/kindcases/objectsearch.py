@@ -68,3 +68,5 @@ CASE = KindCase(
     columns=("NAME", "STATUS", "ACTIVE", "FAILED", "AGE"),
     notes=("a tracking worker is a Pod: the edit recreates it under the same name",),
 )
+
+CASES = (CASE,)

@@ -63,3 +63,5 @@ CASE = KindCase(
     columns=("NAME", "STATUS", "ACTIVE", "FAILED", "AGE"),
     notes=("no user worker: the tracking pods get EDGEMESH_URL but no USERWORKER_URL",),
 )
+
+CASES = (CASE,)
