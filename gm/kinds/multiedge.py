@@ -34,8 +34,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gm.controllers.conditions import deployment_active, deployment_failed, exclusive
-from gm.controllers.declare import Observed, Owns
+from gm.controllers.declare import Build, KindDeclaration, Observed, Owns
 from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
+from gm.reports import metrics_report
 from gm.workers.children import (
     Owner,
     build_deployment,
@@ -47,6 +48,7 @@ from gm.workers.children import (
 from gm.workers.errors import InvalidSpec
 from gm.workers.storage import StoragePlan
 from gm.workers.template import env_field, env_value, render_template
+from shared import apis
 from shared.objects import deep_get
 
 REID, TRACKING, USER = "reidworker", "trackingworker", "userworker"
@@ -204,6 +206,15 @@ def tracking_pods(owner: Owner, spec: Mapping[str, Any],
 def reid_url(owner: Owner) -> tuple[str, str]:
     """`EDGEMESH_URL`: where a tracking worker sends its crops (the reid Service)."""
     return ("EDGEMESH_URL", service_host(owner, REID, REID_PORT))
+
+
+def declaration(api: apis.SednaKind, build: Build, *, controller: str,
+                component: str) -> KindDeclaration:
+    """A multi-edge kind: it owns Deployments and Services (updated in place, so they roll)
+    and Pods (recreated under the same name), watches nothing, shares the status rules, and
+    its reports' `ownerInfo` becomes `status.metrics`."""
+    return KindDeclaration(api=api, owns=OWNS, build=build, status=service_status,
+                           controller=controller, component=component, report=metrics_report)
 
 
 # -- status ---------------------------------------------------------------------------

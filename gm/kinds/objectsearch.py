@@ -19,11 +19,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gm.controllers.declare import Dependencies, KindDeclaration
+from gm.controllers.declare import Dependencies
 from gm.kinds import multiedge
 from gm.kinds.multiedge import USER
 from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
-from gm.reports import metrics_report
 from gm.workers.errors import InvalidSpec
 from shared import apis
 
@@ -51,12 +50,5 @@ def build(cr: dict[str, Any], deps: Dependencies) -> dict:
     }
 
 
-DECLARATION = KindDeclaration(
-    api=apis.OBJECT_SEARCH,
-    owns=multiedge.OWNS,
-    build=build,
-    status=multiedge.service_status,
-    controller="objectsearchservice",
-    component="objectsearch-controller",
-    report=metrics_report,
-)
+DECLARATION = multiedge.declaration(apis.OBJECT_SEARCH, build, controller="objectsearchservice",
+                                     component="objectsearch-controller")

@@ -23,10 +23,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gm.controllers.declare import Dependencies, KindDeclaration
+from gm.controllers.declare import Dependencies
 from gm.kinds import multiedge
 from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
-from gm.reports import metrics_report
 from shared import apis
 
 KIND = apis.OBJECT_TRACKING.kind
@@ -44,12 +43,5 @@ def build(cr: dict[str, Any], deps: Dependencies) -> dict:
     }
 
 
-DECLARATION = KindDeclaration(
-    api=apis.OBJECT_TRACKING,
-    owns=multiedge.OWNS,
-    build=build,
-    status=multiedge.service_status,
-    controller="objecttrackingservice",
-    component="objecttracking-controller",
-    report=metrics_report,
-)
+DECLARATION = multiedge.declaration(apis.OBJECT_TRACKING, build, controller="objecttrackingservice",
+                                     component="objecttracking-controller")

@@ -9,7 +9,7 @@ import pytest
 
 from gm.controllers.declare import Dependencies, Observed
 from gm.hub import ReportInvalid
-from gm.kinds import multiedge, objectsearch
+from gm.kinds import DECLARATIONS, multiedge, objectsearch, objecttracking
 from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
 from gm.workers import MANAGED_BY, InvalidSpec, SpecError, WorkerConfig
 from shared.objects import SPEC_HASH_ANNOTATION, find_condition, spec_hash_of
@@ -56,10 +56,14 @@ def search_service() -> dict:
 DEPS = Dependencies(objects={}, secrets={}, children={}, config=WorkerConfig())
 
 
-def build(cr: dict) -> dict[str, dict[str, dict]]:
-    """The built children as plural -> name -> object."""
-    out = objectsearch.build(cr, DEPS)
+def built_by_name(build_fn, cr: dict) -> dict[str, dict[str, dict]]:
+    """The children `build_fn` builds for `cr`, as plural -> name -> object."""
+    out = build_fn(cr, DEPS)
     return {gvr.plural: {c["metadata"]["name"]: c for c in children} for gvr, children in out.items()}
+
+
+def build(cr: dict) -> dict[str, dict[str, dict]]:
+    return built_by_name(objectsearch.build, cr)
 
 
 def env(obj: dict) -> list[dict]:
@@ -437,10 +441,16 @@ def test_a_malformed_report_is_refused():
         objectsearch.DECLARATION.report({"output": {"ownerInfo": [1]}}, NOW)
 
 
-def test_declaration():
-    decl = objectsearch.DECLARATION
-    assert (decl.kind, decl.name, decl.component) == (
-        "ObjectSearchService", "objectsearchservice", "objectsearch-controller")
+@pytest.mark.parametrize(("decl", "kind", "controller", "component"), [
+    pytest.param(objectsearch.DECLARATION, "ObjectSearchService", "objectsearchservice",
+                 "objectsearch-controller", id="search"),
+    pytest.param(objecttracking.DECLARATION, "ObjectTrackingService", "objecttrackingservice",
+                 "objecttracking-controller", id="tracking"),
+])
+def test_declarations(decl, kind, controller, component):
+    assert (decl.kind, decl.name, decl.component) == (kind, controller, component)
     assert {o.gvr: o.on_edit for o in decl.owns} == {
         DEPLOYMENTS: "update", SERVICES: "update", PODS: "recreate"}
     assert decl.watches == ()
+    assert multiedge.CONDITION_TYPES == decl.api.condition_types
+    assert decl in DECLARATIONS

@@ -7,13 +7,12 @@ import copy
 
 import pytest
 
-from gm.controllers.declare import Dependencies, Observed
-from gm.kinds import multiedge, objecttracking
-from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
-from gm.workers import InvalidSpec, WorkerConfig
-from shared import apis
+from gm.controllers.declare import Observed
+from gm.kinds import objecttracking
+from gm.workers import InvalidSpec
 from shared.objects import find_condition, spec_hash_of
 from tests.unit.test_crds import crd_schema, server_check, validate
+from tests.unit.test_kind_objectsearch import DEPS, built_by_name, env
 
 NAME = "pedestrian-tracking"
 NS = "edge-apps"
@@ -22,7 +21,6 @@ PREFIX = "objecttrackingservice.sedna.io/"
 NOW = "2025-03-01T10:00:00Z"
 REID_DEP = f"{NAME}-deployment-reidworker"
 TRACK = tuple(f"{NAME}-trackingworker-{i}" for i in range(3))
-DEPS = Dependencies(objects={}, secrets={}, children={}, config=WorkerConfig())
 
 
 def tracking_service() -> dict:
@@ -41,13 +39,7 @@ def tracking_service() -> dict:
 
 
 def build(cr: dict) -> dict[str, dict[str, dict]]:
-    out = objecttracking.build(cr, DEPS)
-    return {gvr.plural: {c["metadata"]["name"]: c for c in children} for gvr, children in out.items()}
-
-
-def env(obj: dict) -> list[dict]:
-    spec = obj["spec"].get("template", {}).get("spec") or obj["spec"]
-    return spec["containers"][0]["env"]
+    return built_by_name(objecttracking.build, cr)
 
 
 def test_children_are_the_reid_pair_and_the_tracking_pods():
@@ -135,12 +127,6 @@ def test_status_counts_the_reid_deployment_and_tracking_pods():
     assert (errors, stored["status"]) == ([], obj["status"])
 
 
-def test_declaration():
-    decl = objecttracking.DECLARATION
-    assert (decl.kind, decl.name, decl.component) == (
-        "ObjectTrackingService", "objecttrackingservice", "objecttracking-controller")
-    assert {o.gvr: o.on_edit for o in decl.owns} == {
-        DEPLOYMENTS: "update", SERVICES: "update", PODS: "recreate"}
-    assert multiedge.CONDITION_TYPES == decl.api.condition_types == apis.OBJECT_SEARCH.condition_types
-    mutate = decl.report({"output": {"ownerInfo": {"tracks": 3}}}, NOW)
+def test_a_report_sets_metrics():
+    mutate = objecttracking.DECLARATION.report({"output": {"ownerInfo": {"tracks": 3}}}, NOW)
     assert mutate({})["metrics"] == [{"key": "tracks", "value": "3"}]

@@ -45,7 +45,8 @@ def _bad(spec: dict[str, Any]) -> None:
     spec["trackingWorkers"] = []
 
 
-def _running(status: dict[str, Any]) -> bool:
+def running(status: dict[str, Any]) -> bool:
+    """A Running condition is True (both multi-edge kinds once their workers are up)."""
     return any(c.get("type") == "Running" and c.get("status") == "True"
                for c in status.get("conditions") or ())
 
@@ -64,7 +65,7 @@ CASE = KindCase(
     edited=lambda pod: image_of(pod) == EDITED_IMAGE,
     bad_spec=_bad,
     bad_reason="InvalidSpec",
-    healthy=_running,
+    healthy=running,
     columns=("NAME", "STATUS", "ACTIVE", "FAILED", "AGE"),
     notes=("a tracking worker is a Pod: the edit recreates it under the same name",),
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.e2e.kindcases import KindCase, image_of
+from tests.e2e.kindcases.objectsearch import running
 
 NAME = "pedestrian-tracking"
 TRACK_IMAGE = "example/pedestrian-tracking:v1"
@@ -40,11 +41,6 @@ def _bad(spec: dict[str, Any]) -> None:
     spec["trackingWorkers"][0]["template"]["spec"]["containers"] = []
 
 
-def _running(status: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Running" and c.get("status") == "True"
-               for c in status.get("conditions") or ())
-
-
 CASE = KindCase(
     kind="ObjectTrackingService",
     manifest=MANIFEST,
@@ -59,7 +55,7 @@ CASE = KindCase(
     edited=lambda pod: image_of(pod) == EDITED_IMAGE,
     bad_spec=_bad,
     bad_reason="InvalidTemplate",
-    healthy=_running,
+    healthy=running,
     columns=("NAME", "STATUS", "ACTIVE", "FAILED", "AGE"),
     notes=("no user worker: the tracking pods get EDGEMESH_URL but no USERWORKER_URL",),
 )
