@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gm.controllers.declare import Dependencies
+from gm.controllers.declare import Children, Dependencies
 from gm.kinds import multiedge
 from gm.kinds.multiedge import USER
 from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
@@ -30,7 +30,7 @@ KIND = apis.OBJECT_SEARCH.kind
 USER_PORT = 9379
 
 
-def build(cr: dict[str, Any], deps: Dependencies) -> dict:
+def build(cr: dict[str, Any], deps: Dependencies) -> Children:
     """The desired children; reads nothing but the CR (the kind names no Model or Secret)."""
     owner = multiedge.checked_owner(cr, kind=KIND)
     spec = cr["spec"]

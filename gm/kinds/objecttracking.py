@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gm.controllers.declare import Dependencies
+from gm.controllers.declare import Children, Dependencies
 from gm.kinds import multiedge
 from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
 from shared import apis
@@ -31,7 +31,7 @@ from shared import apis
 KIND = apis.OBJECT_TRACKING.kind
 
 
-def build(cr: dict[str, Any], deps: Dependencies) -> dict:
+def build(cr: dict[str, Any], deps: Dependencies) -> Children:
     """The desired children; reads nothing but the CR (the kind names no Model or Secret)."""
     owner = multiedge.checked_owner(cr, kind=KIND)
     spec = cr["spec"]
