@@ -10,12 +10,14 @@ from another kind module; what two kinds share lives in a module of its own here
 from __future__ import annotations
 
 from gm.controllers.declare import KindDeclaration, ReportRule
-from gm.kinds import federatedlearning, jointinference
+from gm.kinds import federatedlearning, jointinference, objectsearch, objecttracking
 from shared import apis
 
 DECLARATIONS: tuple[KindDeclaration, ...] = (
     jointinference.DECLARATION,
     federatedlearning.DECLARATION,
+    objectsearch.DECLARATION,
+    objecttracking.DECLARATION,
 )
 
 
