@@ -46,11 +46,12 @@ from gm.auth import (
 )
 from gm.config import ConfigError, GMConfig, split_list
 from gm.controllers.common import Context
-from gm.controllers.federatedlearning import FederatedLearningController
-from gm.controllers.jointinference import JointInferenceController
+from gm.controllers.declare import KindDeclaration
+from gm.controllers.reconciler import KindController
 from gm.controllers.runner import ControllerRunner, ReconcileMetrics
 from gm.edge import EdgeObjects
 from gm.hub import Hub
+from gm.kinds import DECLARATIONS
 from gm.kube.client import KubeClient
 from gm.kube.config import ClientSettings
 from gm.kube.events import EventRecorder
@@ -61,6 +62,7 @@ from gm.kube.status import StatusWriter
 from gm.kube.workqueue import WorkQueue
 from gm.upstream import UpstreamStatus
 from gm.workers import WorkerConfig
+from shared import apis
 from shared.logs import event
 from shared.metrics import CONTENT_TYPE, Counter, Registry
 from shared.server_limits import guarded_runner
@@ -77,19 +79,18 @@ TASK_STOP_TIMEOUT = 10.0  # how long stop() waits for each supervised task
 class LeadershipLost(Exception):
     """The lease was lost (not renewed in time, or taken); the controllers have stopped."""
 
-CONTROLLERS: dict[str, tuple[type, str]] = {
-    # name -> (class, event component as upstream names it)
-    "jointinferenceservice": (JointInferenceController, "jointinferenceservice-controller"),
-    "federatedlearningjob": (FederatedLearningController, "FederatedLearning-controller"),
-}
 
 
 class GlobalManager:
     """One GM process. `await gm.start()`, then `await gm.wait()`; `await gm.stop()` ends it."""
 
     def __init__(self, config: GMConfig, *, registry: Registry | None = None,
-                 identity: str | None = None):
+                 identity: str | None = None,
+                 declarations: tuple[KindDeclaration, ...] = DECLARATIONS):
+        """`declarations`: the kinds to reconcile (gm/kinds); they are also the kinds whose
+        objects go to the edge, with Datasets and Models, and whose reports are taken."""
         self.config = config
+        self.declarations = declarations
         self.registry = registry or Registry()
         self.kube_metrics = KubeMetrics(self.registry)
         self.reconcile_metrics = ReconcileMetrics(self.registry)
@@ -144,11 +145,13 @@ class GlobalManager:
                        config=self.config,
                        workers=WorkerConfig(lc_server=self.config.localController.server,
                                             kb_server=self.config.knowledgeBaseServer.server))
-        for name, (cls, component) in CONTROLLERS.items():
-            recorder = EventRecorder(self.client, component=component, metrics=self.kube_metrics)
+        for decl in self.declarations:
+            name = decl.name
+            recorder = EventRecorder(self.client, component=decl.component or f"{name}-controller",
+                                     metrics=self.kube_metrics)
             self.recorders.append(recorder)
             queue = WorkQueue(name, metrics=self.kube_metrics)
-            ctrl = cls(dataclasses.replace(base, events=recorder), queue.add)
+            ctrl = KindController(dataclasses.replace(base, events=recorder), queue.add, decl)
             self.controllers[name] = ctrl
             self.runners[name] = ControllerRunner(name, queue, ctrl.reconcile,
                                                   workers=self.config.workers,
@@ -156,9 +159,11 @@ class GlobalManager:
 
     def _build_hub(self) -> None:
         assert self.client is not None and self.informers is not None
-        self.edge = EdgeObjects(self.informers, self.client)
+        kinds = (apis.DATASET, apis.MODEL, *(d.api for d in self.declarations))
+        self.edge = EdgeObjects(self.informers, self.client, kinds=kinds)
         status = StatusWriter(self.client, cache=self.informers.get_cached)
-        self.hub = Hub(self.edge, UpstreamStatus(status), auth=self._node_auth())
+        self.hub = Hub(self.edge, UpstreamStatus(status, rules=[
+            (d.api, d.report) for d in self.declarations if d.report is not None]), auth=self._node_auth())
         self.edge.bind(self.hub.notify_changed)
 
     def _node_auth(self) -> NodeAuth:

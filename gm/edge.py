@@ -13,10 +13,13 @@ shared/apis.py, read through `_CacheView`:
   trainer Dataset's `nodeName` (the rule gm/workers places trainers by);
 - a Model goes to the nodes of the objects that reference it.
 
-Only the kinds in `EDGE_KINDS`, the ones the GM reconciles, are watched here; the registry
-declares placement for the other kinds too, but no informer follows them, so none of their
-objects is ever sent. A kind outside the registry is an `UnknownKind`, logged once per kind
-and never placed by some other kind's rule.
+Only the kinds in `EDGE_KINDS` are watched here: Datasets, Models and the kinds the GM
+reconciles (gm/kinds), whose workers' reports the hub authorizes by this assignment. The
+registry declares placement for the other kinds too, but no informer follows them, so none
+of their objects is ever sent. A kind outside the registry is an `UnknownKind`, logged once
+per kind and never placed by some other kind's rule. Worker pods are followed through two
+caches: the pods the GM creates (the controllers' shared informer, `MANAGED_SELECTOR`) and
+the pods of the Deployments it creates (every such template carries `app.sedna.io`).
 
 What goes down is a copy of the cached object with `kind`/`apiVersion` set (the cache is
 never touched, upstream bug §6.1) and, for a Dataset or Model with `credentialName`, the
@@ -39,12 +42,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gm.controllers.common import PODS, sedna_gvr
+from gm.kinds import reconciled_kinds
 from gm.kube.client import KubeClient
 from gm.kube.errors import ApiError, NotFound, Unavailable
 from gm.kube.informer import InformerFactory, SharedInformer
 from gm.kube.ratelimit import ItemExponentialFailureRateLimiter
 from gm.kube.resources import SECRETS
 from gm.kube.workqueue import SHUTDOWN, WorkQueue
+from gm.workers import MANAGED_SELECTOR
 from gm.workers.jointinference import go_json
 from proto import ObjKey
 from shared import apis
@@ -54,14 +59,11 @@ from shared.objects import deep_get, label_prefix, meta_str
 log = logging.getLogger("sedna.gm.edge")
 
 CREDENTIAL_ANNOTATION = "sedna.io/credential"
-JI_EDGE_POD_SELECTOR = "jointinferenceservice.sedna.io/worker-type=edge"
-_JI_NAME_LABEL = "jointinferenceservice.sedna.io/name"
+DEPLOYED_POD_SELECTOR = "app.sedna.io"  # the pods of every worker Deployment the GM builds
 
 DATASET, MODEL = apis.DATASET.kind, apis.MODEL.kind
-JOINT_INFERENCE = apis.JOINT_INFERENCE.kind
-# The kinds the GM reconciles, hence sends; the other kinds join as their controllers land.
-EDGE_KINDS: tuple[apis.SednaKind, ...] = (apis.DATASET, apis.MODEL, apis.JOINT_INFERENCE,
-                                         apis.FEDERATED_LEARNING)
+# Datasets, Models and the kinds the GM reconciles, hence sends.
+EDGE_KINDS: tuple[apis.SednaKind, ...] = (apis.DATASET, apis.MODEL, *reconciled_kinds())
 KINDS = tuple(api.kind for api in EDGE_KINDS)
 
 Obj = Mapping[str, Any]
@@ -166,11 +168,17 @@ class EdgeObjects:
     """The hub's `ObjectSource`, fed by informer events; `bind(hub.notify_changed)` before start."""
 
     def __init__(self, informers: InformerFactory, client: KubeClient, *,
-                 retry_base: float = 0.5, retry_max: float = 30.0):
+                 retry_base: float = 0.5, retry_max: float = 30.0,
+                 kinds: tuple[apis.SednaKind, ...] = EDGE_KINDS):
         self._client = client
+        self._apis = {api.kind: api for api in kinds}
         self._informers: dict[str, SharedInformer] = {
-            api.kind: informers.informer(sedna_gvr(api)) for api in EDGE_KINDS}
-        self._pods = informers.informer(PODS, label_selector=JI_EDGE_POD_SELECTOR)
+            api.kind: informers.informer(sedna_gvr(api)) for api in kinds}
+        self._pods = (informers.informer(PODS, label_selector=MANAGED_SELECTOR),
+                      informers.informer(PODS, label_selector=DEPLOYED_POD_SELECTOR))
+        # the label naming a pod's owner, for each followed kind that has workers
+        self._owner_labels = {f"{label_prefix(api.kind)}name": api.kind for api in kinds
+                              if api.kind not in (DATASET, MODEL)}
         self._view = _CacheView(self)
         self._unknown: set[str] = set()  # kinds already logged as not placeable
         self._notify: Notify | None = None
@@ -192,8 +200,9 @@ class EdgeObjects:
         for kind, inf in self._informers.items():
             handler = self._handler(kind)
             inf.add_event_handler(on_add=handler, on_update=lambda _o, n, h=handler: h(n), on_delete=handler)
-        self._pods.add_event_handler(on_add=self._on_pod, on_update=lambda _o, n: self._on_pod(n),
-                                     on_delete=self._on_pod)
+        for pods in self._pods:
+            pods.add_event_handler(on_add=self._on_pod, on_update=lambda _o, n: self._on_pod(n),
+                                   on_delete=self._on_pod)
 
     # -- ObjectSource ---------------------------------------------------------------------
 
@@ -243,9 +252,12 @@ class EdgeObjects:
         return on_event
 
     def _on_pod(self, pod: Obj) -> None:
-        name = deep_get(pod, "metadata", "labels", _JI_NAME_LABEL)
-        if isinstance(name, str) and name:
-            self.refresh((JOINT_INFERENCE, meta_str(pod, "namespace"), name))
+        """A worker came, went or moved: its owner's nodes may change."""
+        labels = deep_get(pod, "metadata", "labels")
+        for label, name in (labels.items() if isinstance(labels, Mapping) else ()):
+            kind = self._owner_labels.get(label)
+            if kind is not None and isinstance(name, str) and name:
+                self.refresh((kind, meta_str(pod, "namespace"), name))
 
     def refresh(self, key: ObjKey) -> None:
         """Recompute one object's nodes from the caches and push what changed."""
@@ -271,15 +283,13 @@ class EdgeObjects:
     def _followed(self, kind: str) -> tuple[apis.SednaKind | None, SharedInformer | None]:
         """The kind and its informer; (None, None), logged once per kind, for a name that is
         not a Sedna kind or a kind this GM does not send."""
-        try:
-            api = apis.require(kind)
-        except apis.UnknownKind as exc:
-            self._log_unplaceable(kind, str(exc))
-            return None, None
-        informer = self._informers.get(kind)
-        if informer is None:
-            self._log_unplaceable(kind, f"{kind} is not sent to the edge by this GM")
-        return api, informer
+        api = self._apis.get(kind)
+        if api is None:
+            registered = apis.by_kind(kind)
+            self._log_unplaceable(kind, str(apis.UnknownKind(kind)) if registered is None
+                                  else f"{kind} is not sent to the edge by this GM")
+            return registered, None
+        return api, self._informers[kind]
 
     def _log_unplaceable(self, kind: str, reason: str) -> None:
         if kind not in self._unknown:
@@ -425,10 +435,8 @@ class _CacheView:
         return self._edge._informers[DATASET].store.get_by_name(namespace or None, name)
 
     def worker_pods(self, kind: str, uid: str, worker_type: str) -> list[Obj]:
-        # The pod informer holds JI edge pods only; other kinds' workers join it with their
-        # controllers (until then their objects are not sent at all).
         prefix = label_prefix(kind)
-        return [pod for pod in self._edge._pods.store.by_index("label", f"{prefix}uid={uid}")
+        return [pod for pods in self._edge._pods for pod in pods.store.by_index("label", f"{prefix}uid={uid}")
                 if deep_get(pod, "metadata", "labels", f"{prefix}worker-type") == worker_type]
 
     def user_nodes(self, kind: str, namespace: str, name: str) -> frozenset[str]:

@@ -164,8 +164,9 @@ class KindDeclaration:
     finished: Callable[[Obj], bool] = _never
     # how long to look again while the children have not converged
     requeue_after: float = 5.0
-    # under this GM config, an edit is not applied to `recreate` children (a condition says so)
-    reject_edits: Callable[[GMConfig], bool] = _never
+    # the setting under which an edit is not applied to `recreate` children (a condition
+    # says so, quoting it), or None when edits apply
+    reject_edits: Callable[[GMConfig], str | None] = lambda _config: None
     # seconds until the CR must be looked at again although nothing changes (a deadline)
     wake: Callable[[Obj, str], float | None] | None = None
     # True when the CR itself is to be deleted (ttlSecondsAfterFinished)

@@ -1,7 +1,28 @@
 """One module per reconciled kind: its declaration, its pure `build` and its pure `status`.
 
 `DECLARATIONS` is the list the GM runs (gm/app.py builds one generic controller per entry,
-gm/controllers/reconciler.py). A kind module imports from gm/controllers (declare,
-conditions) and gm/workers (the child builders), never from another kind module; what
-two kinds share lives in a module of its own here (`jobs`, `multiedge`).
+gm/controllers/reconciler.py), and the kinds whose reports it takes (gm/upstream.py) and
+whose objects it sends to the edge (gm/edge.py). A kind module imports from gm/controllers
+(declare, conditions), gm/workers (the child builders) and gm/reports (report rules), never
+from another kind module; what two kinds share lives in a module of its own here.
 """
+
+from __future__ import annotations
+
+from gm.controllers.declare import KindDeclaration, ReportRule
+from gm.kinds import federatedlearning, jointinference
+from shared import apis
+
+DECLARATIONS: tuple[KindDeclaration, ...] = (
+    jointinference.DECLARATION,
+    federatedlearning.DECLARATION,
+)
+
+
+def report_rules() -> list[tuple[apis.SednaKind, ReportRule]]:
+    """Each declared kind's report rule, for the upstream report handler."""
+    return [(d.api, d.report) for d in DECLARATIONS if d.report is not None]
+
+
+def reconciled_kinds() -> tuple[apis.SednaKind, ...]:
+    return tuple(d.api for d in DECLARATIONS)

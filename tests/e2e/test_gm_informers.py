@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 
-from gm.controllers.common import DEPLOYMENTS, FL, HPAS, JI, PODS, SECRETS, SERVICES
+from gm.controllers.common import DEPLOYMENTS, FL, HPAS, JI, MODELS, PODS, SECRETS, SERVICES
 from gm.kube.resources import GVR
 from gm.workers import MANAGED_BY_LABEL, MANAGED_SELECTOR
 from tests.conftest import eventually
@@ -61,11 +61,11 @@ async def create_examples(api, *, s3: bool) -> tuple[dict, dict]:
 async def test_one_informer_per_child_type_for_every_controller(gm, api, sedna_cluster):
     dc = sedna_cluster
     ji_ctrl, fl_ctrl = gm.controllers["jointinferenceservice"], gm.controllers["federatedlearningjob"]
-    assert ji_ctrl.svcs is fl_ctrl.svcs
+    assert ji_ctrl.owned[SERVICES] is fl_ctrl.owned[SERVICES]
     assert ji_ctrl.secrets is fl_ctrl.secrets
-    assert ji_ctrl.models is fl_ctrl.models
-    used = {PODS: [fl_ctrl.pods], DEPLOYMENTS: [ji_ctrl.deployments], SERVICES: [ji_ctrl.svcs, fl_ctrl.svcs],
-            HPAS: [ji_ctrl.hpas]}
+    assert ji_ctrl.watched[MODELS] is fl_ctrl.watched[MODELS]
+    used = {PODS: [fl_ctrl.owned[PODS]], DEPLOYMENTS: [ji_ctrl.owned[DEPLOYMENTS]],
+            SERVICES: [ji_ctrl.owned[SERVICES], fl_ctrl.owned[SERVICES]], HPAS: [ji_ctrl.owned[HPAS]]}
     for gvr, informers in used.items():
         assert {inf.reflector.label_selector for inf in informers} == {MANAGED_SELECTOR}, gvr
     factory = gm.informers.all()

@@ -1,6 +1,8 @@
 import pytest
 
-from gm.controllers.status import fl_phase, fl_status, ji_status, pod_counts
+from gm.controllers.conditions import pod_counts
+from gm.kinds.federatedlearning import fl_phase, fl_status
+from gm.kinds.jointinference import ji_status
 from shared.objects import find_condition
 
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
