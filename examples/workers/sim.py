@@ -21,8 +21,9 @@ IncrementalLearning and LifelongLearning workers are not simulated (`make run` m
 image of theirs). Reports are the bodies of upstream-lc.md §2.6 (`ownerKind` the
 lower-case kind, `default` for an FL trainer as the library sends, `ownerName` = JOB_NAME,
 else SERVICE_NAME), POSTed to `$LC_SERVER/sedna/workers/$WORKER_NAME/info` with the
-library's retry policy (5 attempts, `SIM_RETRY_WAIT` s apart). `SIM_LC_PORTS=edge-node-1=9100,edge-node-2=9101` picks the LC port by `NODE_NAME`
-when several LCs share one host (the dev run). Standard library only, like a minimal worker.
+library's retry policy (5 attempts, `SIM_RETRY_WAIT` s apart).
+`SIM_LC_PORTS=edge-node-1=9100,edge-node-2=9101` picks the LC port by `NODE_NAME` when
+several LCs share one host (the dev run). Standard library only, like a minimal worker.
 """
 
 from __future__ import annotations
