@@ -12,7 +12,7 @@ reverses it within a timeout: close the LC sessions, stop the controllers (in-fl
 reconciles finish), flush events, stop the informers, close the server and the client.
 
 Supervision: every long-lived task is a `Supervised` with the fail-fast policy (the
-informers, the event writers, edge credentials, the controllers with the leader
+informers, the event writers, the controllers with the leader
 election that gates them). A GM missing any of them would look alive while doing part of
 its job, so any of them ending unasked makes `wait()` return with `failure` set, and
 `sedna-gm` exits non-zero; a restart by the kubelet is the recovery. So does a cache
@@ -72,7 +72,6 @@ from shared.tls import TLSConfigError, server_context
 log = logging.getLogger("gm")
 
 HUB_SYNC_WAIT = 10.0  # how long an LC's upgrade waits for the caches before a 503
-HUB_SETTLE_WAIT = 2.0  # then how long it waits for pending Secret reads (the snapshot needs them)
 TASK_STOP_TIMEOUT = 10.0  # how long stop() waits for each supervised task
 
 
@@ -132,8 +131,6 @@ class GlobalManager:
         for recorder in self.recorders:
             await recorder.start(on_fatal=self._fatal)
         await self._serve(ssl_context)
-        assert self.edge is not None
-        self._supervise(self.edge.run, "edge-credentials")
         self._supervise(self._lead_and_run, "controllers")
         event(log, "gm started", port=self.port, namespace=cfg.namespace or "*", identity=self.identity)
 
@@ -160,7 +157,7 @@ class GlobalManager:
     def _build_hub(self) -> None:
         assert self.client is not None and self.informers is not None
         kinds = (apis.DATASET, apis.MODEL, *(d.api for d in self.declarations))
-        self.edge = EdgeObjects(self.informers, self.client, kinds=kinds)
+        self.edge = EdgeObjects(self.informers, kinds=kinds)
         status = StatusWriter(self.client, cache=self.informers.get_cached)
         self.hub = Hub(self.edge, UpstreamStatus(status, rules=[
             (d.api, d.report) for d in self.declarations if d.report is not None]), auth=self._node_auth())
@@ -208,12 +205,6 @@ class GlobalManager:
                 await self.informers.wait_synced()
         except (TimeoutError, InformerFailed) as exc:
             raise web.HTTPServiceUnavailable(text=f"GM caches not synced: {exc or 'timeout'}\n") from None
-        try:
-            async with asyncio.timeout(HUB_SETTLE_WAIT):
-                await self.edge.wait_settled()
-        except TimeoutError:
-            event(log, "hub admits a node while secrets are still being read", level=logging.WARNING,
-                  pending=self.edge.awaiting_credentials)
         return await self.hub.handle(request)
 
     async def _serve(self, ssl_context: ssl.SSLContext | None) -> None:
@@ -316,8 +307,6 @@ class GlobalManager:
             sup.expect_end()  # what stop ends (edge sync, drained controllers) is no failure
         if self.hub is not None:
             await self.hub.close()
-        if self.edge is not None:
-            self.edge.stop()
         for runner in self.runners.values():
             await runner.queue.shut_down_with_drain(grace)
         # the controllers task first: the elector stops the reconcilers, then releases the lease
@@ -356,10 +345,11 @@ class HubMetrics:
         self.edge_sends = registry.counter("gm_edge_changes_total", "changes handed to the hub",
                                            ("op",))
         self.credentials = registry.counter("gm_edge_credential_reads_total",
-                                            "Secret reads for downstream objects by outcome", ("result",))
+                                            "credential annotations for downstream objects by outcome",
+                                            ("result",))
         for counter, labels in ((self.sessions, self._SESSIONS), (self.reports, self._REPORTS),
                                 (self.frames, self._FRAMES), (self.edge_sends, ("upsert", "delete")),
-                                (self.credentials, ("ok", "unreadable", "retry"))):
+                                (self.credentials, ("ok", "unreadable"))):
             for label in labels:
                 counter.inc(label, amount=0)
 
@@ -375,7 +365,6 @@ class HubMetrics:
         _mirror(self.edge_sends, "delete", edge.stats.deletes)
         _mirror(self.credentials, "ok", edge.stats.credential_reads)
         _mirror(self.credentials, "unreadable", edge.stats.credential_failures)
-        _mirror(self.credentials, "retry", edge.stats.credential_retries)
 
 
 def _mirror(counter: Counter, label: str, total: float) -> None:

@@ -23,16 +23,17 @@ the pods of the Deployments it creates (every such template carries `app.sedna.i
 
 What goes down is a copy of the cached object with `kind`/`apiVersion` set (the cache is
 never touched, upstream bug §6.1) and, for a Dataset or Model with `credentialName`, the
-`sedna.io/credential` annotation built from the Secret as upstream does (§4.6), when the
-Secret can be read. Reading it is I/O, so it happens in `run()`, a worker fed by a
-deduplicating queue; event handlers only compute from the caches. A version is pushed to
-the nodes that do not hold it yet, a node that lost an object is told to delete it
-(deletes included), and an informer resync that changes nothing sends nothing.
+`sedna.io/credential` annotation built from the Secret as upstream does (§4.6). The Secret
+comes from the GM's one Secret cache (the controllers' too), so the handlers stay I/O-free:
+a Secret's change re-publishes the Datasets and Models naming it (the `credential` index),
+so a rotated credential reaches the nodes at once, and a missing or unreadable Secret sends
+the object without the annotation (one warning) until the Secret appears. A version is
+pushed to the nodes that do not hold it yet, a node that lost an object is told to delete
+it (deletes included), and an informer resync that changes nothing sends nothing.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import copy
@@ -41,14 +42,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gm.controllers.common import PODS, sedna_gvr
+from gm.controllers.common import PODS, index_credentials, sedna_gvr, slim_secret, using_secret
 from gm.kinds import reconciled_kinds
-from gm.kube.client import KubeClient
-from gm.kube.errors import ApiError, NotFound, Unavailable
 from gm.kube.informer import InformerFactory, SharedInformer
-from gm.kube.ratelimit import ItemExponentialFailureRateLimiter
 from gm.kube.resources import SECRETS
-from gm.kube.workqueue import SHUTDOWN, WorkQueue
 from gm.workers import MANAGED_SELECTOR
 from gm.workers.jointinference import go_json
 from proto import ObjKey
@@ -153,9 +150,8 @@ class _Refs:
 class EdgeStats:
     published: int = 0  # versions handed to the hub (one per object, not per node)
     deletes: int = 0  # (object, node) pairs withdrawn
-    credential_reads: int = 0  # Secrets read and turned into the annotation
+    credential_reads: int = 0  # annotations built from a cached Secret
     credential_failures: int = 0  # Secret absent or unreadable: sent without the annotation
-    credential_retries: int = 0  # transient API errors, retried with backoff
 
 
 @dataclass(slots=True)
@@ -167,10 +163,7 @@ class _Deps:
 class EdgeObjects:
     """The hub's `ObjectSource`, fed by informer events; `bind(hub.notify_changed)` before start."""
 
-    def __init__(self, informers: InformerFactory, client: KubeClient, *,
-                 retry_base: float = 0.5, retry_max: float = 30.0,
-                 kinds: tuple[apis.SednaKind, ...] = EDGE_KINDS):
-        self._client = client
+    def __init__(self, informers: InformerFactory, *, kinds: tuple[apis.SednaKind, ...] = EDGE_KINDS):
         self._apis = {api.kind: api for api in kinds}
         self._informers: dict[str, SharedInformer] = {
             api.kind: informers.informer(sedna_gvr(api)) for api in kinds}
@@ -186,12 +179,11 @@ class EdgeObjects:
         self._by_node: dict[str, set[ObjKey]] = {}  # node -> keys whose sent_to holds it
         self._refs: dict[ObjKey, _Refs] = {}
         self._deps = _Deps()
-        # keys waiting for their Secret; a key is in `_awaiting` until its payload is published
-        self._credentials = WorkQueue("edge-credentials",
-                                      rate_limiter=ItemExponentialFailureRateLimiter(retry_base, retry_max))
-        self._awaiting: set[ObjKey] = set()
-        self._settled = asyncio.Event()  # set while `_awaiting` is empty
-        self._settled.set()
+        self._secrets = informers.informer(SECRETS, transform=slim_secret)
+        # the kinds that name a Secret whose value goes down with them
+        self._credentialed = {k: self._informers[k] for k in (DATASET, MODEL) if k in self._informers}
+        index_credentials(*self._credentialed.values())
+        self._without_credential: dict[ObjKey, str] = {}  # key -> why it went without, logged once
         self.stats = EdgeStats()
 
     def bind(self, notify: Notify) -> None:
@@ -200,6 +192,8 @@ class EdgeObjects:
         for kind, inf in self._informers.items():
             handler = self._handler(kind)
             inf.add_event_handler(on_add=handler, on_update=lambda _o, n, h=handler: h(n), on_delete=handler)
+        self._secrets.add_event_handler(on_add=self._on_secret, on_update=lambda _o, n: self._on_secret(n),
+                                        on_delete=self._on_secret)
         for pods in self._pods:
             pods.add_event_handler(on_add=self._on_pod, on_update=lambda _o, n: self._on_pod(n),
                                    on_delete=self._on_pod)
@@ -226,30 +220,18 @@ class EdgeObjects:
     def __len__(self) -> int:
         return len(self._entries)
 
-    @property
-    def awaiting_credentials(self) -> int:
-        return len(self._awaiting)
-
-    async def wait_settled(self) -> None:
-        """Until no object waits for its Secret (so a snapshot now holds every assigned object)."""
-        await self._settled.wait()
-
-    def _await_credential(self, key: ObjKey) -> None:
-        self._awaiting.add(key)
-        self._settled.clear()
-        self._credentials.add(key)
-
-    def _settle(self, key: ObjKey) -> None:
-        self._awaiting.discard(key)
-        if not self._awaiting:
-            self._settled.set()
-
     # -- event handlers (cache reads only) ------------------------------------------------
 
     def _handler(self, kind: str) -> Callable[[Obj], None]:
         def on_event(obj: Obj) -> None:
             self.refresh((kind, meta_str(obj, "namespace"), meta_str(obj, "name")))
         return on_event
+
+    def _on_secret(self, secret: Obj) -> None:
+        """The Datasets and Models naming the Secret are sent again with its new value."""
+        for kind, informer in self._credentialed.items():
+            for obj in using_secret(informer, secret):
+                self.refresh((kind, meta_str(obj, "namespace"), meta_str(obj, "name")))
 
     def _on_pod(self, pod: Obj) -> None:
         """A worker came, went or moved: its owner's nodes may change."""
@@ -315,19 +297,42 @@ class EdgeObjects:
         if obj is None or not nodes:
             if entry is not None:
                 del self._entries[key]
-            self._settle(key)
+            self._without_credential.pop(key, None)
             return
         if entry is None:
             entry = self._entries[key] = _Entry(nodes)
         entry.nodes = nodes
-        if credential_name(key[0], obj) is not None:
-            self._await_credential(key)
+        payload = downstream_copy(key[0], obj, credential=self._credential(key, obj))
+        self._publish(key, payload, meta_str(obj, "resourceVersion"))
+
+    def _credential(self, key: ObjKey, obj: Obj) -> str | None:
+        """The credential annotation for the object's Secret (from the cache), or None: no
+        Secret named, or it is missing or unreadable (logged once until that changes)."""
+        secret_name = credential_name(key[0], obj)
+        if secret_name is None:
+            self._without_credential.pop(key, None)
+            return None
+        secret = self._secrets.store.get_by_name(key[1] or None, secret_name)
+        try:
+            if secret is None:
+                raise LookupError(f"secret {secret_name} not found")
+            value = credential_annotation(secret)
+        except (LookupError, ValueError) as exc:
+            self._send_without(key, secret_name, str(exc))
+            return None
+        if self._without_credential.pop(key, None) is not None:
+            event(log, "credential found, sending with it", key=f"{key[1]}/{key[2]}", kind=key[0],
+                  secret=secret_name)
+        self.stats.credential_reads += 1
+        return value
+
+    def _send_without(self, key: ObjKey, secret_name: str, reason: str) -> None:
+        if self._without_credential.get(key) == reason:
             return
-        rv = meta_str(obj, "resourceVersion")
-        if entry.payload is not None and entry.source_rv == rv and rv:
-            self._publish(key, entry.payload, rv)  # same version: only nodes that lack it
-        else:
-            self._publish(key, downstream_copy(key[0], obj), rv)
+        self._without_credential[key] = reason
+        self.stats.credential_failures += 1
+        event(log, "sending without credential", level=logging.WARNING, key=f"{key[1]}/{key[2]}",
+              kind=key[0], secret=secret_name, error=reason)
 
     def _withdraw(self, key: ObjKey, entry: _Entry, lost: frozenset[str]) -> None:
         if not lost:
@@ -344,7 +349,6 @@ class EdgeObjects:
         targets = entry.nodes if payload != entry.payload else entry.nodes - entry.sent_to
         entry.payload, entry.source_rv = payload, rv
         self._set_sent(key, entry, entry.nodes)
-        self._settle(key)
         if targets:
             self.stats.published += 1
             self._emit(key, payload, targets)
@@ -363,64 +367,6 @@ class EdgeObjects:
     def _emit(self, key: ObjKey, payload: Mapping[str, Any] | None, nodes: frozenset[str]) -> None:
         if self._notify is not None:
             self._notify(*key, payload, sorted(nodes))
-
-    # -- the credential worker ------------------------------------------------------------
-
-    async def run(self) -> None:
-        """Read the Secrets of Datasets/Models that name one, until `stop()`."""
-        while True:
-            key = await self._credentials.get()
-            if key is SHUTDOWN:
-                return
-            try:
-                await self._resolve(key)  # type: ignore[arg-type]
-            finally:
-                self._credentials.done(key)
-
-    def stop(self) -> None:
-        self._credentials.shut_down()
-
-    async def _resolve(self, key: ObjKey) -> None:
-        kind, namespace, name = key
-        obj = self._informers[kind].store.get_by_name(namespace or None, name)
-        secret_name = credential_name(kind, obj) if obj is not None else None
-        if secret_name is None or key not in self._entries:
-            self._credentials.forget(key)
-            return  # deleted, unassigned or no longer needs a Secret: refresh handled it
-        credential = await self._read_credential(key, secret_name)
-        if credential is _RETRY:
-            return
-        latest = self._informers[kind].store.get_by_name(namespace or None, name)
-        if latest is None or credential_name(kind, latest) != secret_name:
-            self._credentials.add(key)  # changed while we read: look again
-            return
-        self._publish(key, downstream_copy(kind, latest, credential=credential),  # type: ignore[arg-type]
-                      meta_str(latest, "resourceVersion"))
-
-    async def _read_credential(self, key: ObjKey, secret_name: str) -> str | None | object:
-        """The annotation value; None to send without it; _RETRY after a transient error."""
-        kind, namespace, name = key
-        where = {"key": f"{namespace}/{name}", "kind": kind, "secret": secret_name}
-        try:
-            secret = await self._client.get(SECRETS, secret_name, namespace=namespace)
-            value = credential_annotation(secret)
-        except Unavailable as exc:
-            self.stats.credential_retries += 1
-            event(log, "secret read failed, will retry", level=logging.WARNING, **where, error=str(exc))
-            self._credentials.add_rate_limited(key)
-            return _RETRY
-        except (ApiError, ValueError) as exc:
-            self.stats.credential_failures += 1
-            reason = "secret not found" if isinstance(exc, NotFound) else str(exc)
-            event(log, "sending without credential", level=logging.WARNING, **where, error=reason)
-            self._credentials.forget(key)
-            return None
-        self.stats.credential_reads += 1
-        self._credentials.forget(key)
-        return value
-
-
-_RETRY = object()
 
 
 class _CacheView:

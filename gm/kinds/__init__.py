@@ -10,12 +10,21 @@ from another kind module; what two kinds share lives in a module of its own here
 from __future__ import annotations
 
 from gm.controllers.declare import KindDeclaration, ReportRule
-from gm.kinds import federatedlearning, jointinference, reid, videoanalytics
+from gm.kinds import (
+    federatedlearning,
+    jointinference,
+    objectsearch,
+    objecttracking,
+    reid,
+    videoanalytics,
+)
 from shared import apis
 
 DECLARATIONS: tuple[KindDeclaration, ...] = (
     jointinference.DECLARATION,
     federatedlearning.DECLARATION,
+    objectsearch.DECLARATION,
+    objecttracking.DECLARATION,
     reid.DECLARATION,
     videoanalytics.DECLARATION,
 )

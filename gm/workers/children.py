@@ -134,14 +134,19 @@ def build_pod(owner: Owner, *, name: str, worker_type: str,
 
 
 def build_deployment(owner: Owner, *, name: str, worker_type: str, app_label: str,
-                     rendered: Mapping[str, Any]) -> dict[str, Any]:
-    """A worker Deployment; replicas is left unset (1 by default, or the HPA's to manage)."""
+                     rendered: Mapping[str, Any],
+                     spec_fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A worker Deployment; replicas is left unset (1 by default, or the HPA's to manage)
+    unless `spec_fields` (further DeploymentSpec fields from the CR: replicas, strategy,
+    ...) sets it. The selector and the template are always the builder's."""
     labels = {**owner.labels(worker_type), "app.sedna.io": app_label}
     tmeta = rendered["metadata"]
     template_meta: dict[str, Any] = {"labels": {**tmeta.get("labels", {}), **labels}}
     if tmeta.get("annotations"):
         template_meta["annotations"] = dict(tmeta["annotations"])
-    spec = {"selector": {"matchLabels": labels},
+    extra = {k: copy.deepcopy(v) for k, v in (spec_fields or {}).items()
+             if k not in ("selector", "template")}
+    spec = {**extra, "selector": {"matchLabels": labels},
             "template": {"metadata": template_meta, "spec": copy.deepcopy(rendered["spec"])}}
     return stamped({"apiVersion": "apps/v1", "kind": "Deployment",
                     "metadata": _metadata(owner, name=name, labels=labels), "spec": spec})

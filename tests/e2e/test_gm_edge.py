@@ -4,7 +4,6 @@ upstream's JSON envelope), standing in for LCs on edge-node-1 and edge-node-2.""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import copy
 from collections.abc import Callable
@@ -14,7 +13,7 @@ import aiohttp
 import pytest
 
 from gm.controllers.common import DATASETS, FL, JI, MODELS
-from gm.edge import CREDENTIAL_ANNOTATION, EDGE_KINDS
+from gm.edge import CREDENTIAL_ANNOTATION
 from gm.kube.resources import GVR, SECRETS
 from proto import (
     BARE_HEADER,
@@ -270,7 +269,6 @@ async def test_credential_annotation_only_on_the_copy_sent(gm, api, connect):
     for obj in (with_secret, missing):
         await api.create(DATASETS, obj, namespace=NS)
     await eventually(lambda: gm.edge.is_assigned("edge-node-1", "Dataset", NS, "d-nosecret"), message="assigned")
-    await asyncio.wait_for(gm.edge.wait_settled(), FRAME_WAIT)
     lc1 = await connect.native("edge-node-1")
     sent = lc1.snapshot[("Dataset", NS, "d-s3")]["metadata"]["annotations"]
     assert sent == {CREDENTIAL_ANNOTATION: '{"ACCESS_KEY_ID":"AK","SECRET_ACCESS_KEY":"SK",'
@@ -278,6 +276,27 @@ async def test_credential_annotation_only_on_the_copy_sent(gm, api, connect):
     assert "annotations" not in lc1.snapshot[("Dataset", NS, "d-nosecret")]["metadata"]
     cached = gm.informers.get_cached(DATASETS, NS, "d-s3")
     assert CREDENTIAL_ANNOTATION not in (cached["metadata"].get("annotations") or {})
+
+
+async def test_a_rotated_or_late_secret_reaches_the_node_at_once(gm, api, connect):
+    dataset = {"apiVersion": "sedna.io/v1alpha1", "kind": "Dataset", "metadata": {"name": "d-late"},
+               "spec": {"url": "s3://b/d.txt", "format": "txt", "nodeName": "edge-node-1",
+                        "credentialName": "late"}}
+    await api.create(DATASETS, dataset, namespace=NS)
+    lc1 = await connect.native("edge-node-1")
+    assert "annotations" not in lc1.snapshot[("Dataset", NS, "d-late")]["metadata"]  # no Secret yet
+
+    def credential_frame(key_id: str):
+        return lambda m: (m.op is Op.UPSERT and m.key == ("Dataset", NS, "d-late") and key_id in
+                          (m.body["metadata"].get("annotations") or {}).get(CREDENTIAL_ANNOTATION, ""))
+
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "late", "annotations": {
+        "s3-endpoint": "minio:9000"}}, "data": {"ACCESS_KEY_ID": base64.b64encode(b"FIRST").decode()}}
+    await api.create(SECRETS, secret, namespace=NS)
+    await lc1.until(credential_frame('"ACCESS_KEY_ID":"FIRST"'))  # the Secret's add, no resync
+    await api.patch(SECRETS, "late", {"data": {"ACCESS_KEY_ID": base64.b64encode(b"ROTATED").decode()}},
+                    namespace=NS)
+    await lc1.until(credential_frame('"ACCESS_KEY_ID":"ROTATED"'))  # the rotation, at once
 
 
 async def test_token_is_required_when_configured(start_gm):
@@ -311,14 +330,13 @@ async def test_api_failure_defers_the_report_until_a_resend_succeeds(gm, api, co
 async def test_unknown_and_unsent_kinds_are_never_placed(gm, api, caplog):
     await create_fl_example(api, gm)
     held = len(gm.edge)
-    unsent = next(k.kind for k in apis.ALL_KINDS if k not in EDGE_KINDS)  # declared, no controller yet
     for _ in range(2):
         gm.edge.refresh(("Widget", NS, JOB))  # not a Sedna kind: never some other kind's rule
-        gm.edge.refresh((unsent, NS, JOB))  # not sent
+        gm.edge.refresh(("IncrementalLearningJob", NS, JOB))  # declared, but not reconciled: not sent
     assert gm.edge.nodes_of("Widget", NS, JOB) == frozenset()
-    assert gm.edge.nodes_of(unsent, NS, JOB) == frozenset()
+    assert gm.edge.nodes_of("IncrementalLearningJob", NS, JOB) == frozenset()
     assert len(gm.edge) == held
     logged = [(r.kind, r.reason) for r in caplog.records
               if r.name == "sedna.gm.edge" and r.getMessage() == "edge cannot place kind"]
     assert logged == [("Widget", "'Widget' is not a Sedna kind"),  # once per kind
-                      (unsent, f"{unsent} is not sent to the edge by this GM")]
+                      ("IncrementalLearningJob", "IncrementalLearningJob is not sent to the edge by this GM")]
