@@ -1,5 +1,5 @@
-"""What `make run` starts: the dev cluster, the Sedna CRDs, the GM, two LocalControllers
-and the example jobs, whose workers are simulated processes that report to their LC.
+"""What `make run` starts: the dev cluster, the Sedna CRDs, the GM, a LocalController per
+node and the example jobs, whose workers are simulated processes that report to their LC.
 
 Everything runs in this one process until Ctrl-C (the dev cluster stands in for a real
 API server; the GM talks to it over HTTP and the LCs talk to the GM over the websocket,
@@ -12,7 +12,8 @@ With `--install helm` (`make run INSTALL=helm`) the GM and the LC are not starte
 Deployment on the cloud node, the LC DaemonSet), and the dev cluster's process runtime runs
 their pods as `python -m gm.cli` / `python -m lc.cli` under the chart's ServiceAccount. All
 pods share this host's network, so one LC port exists per host: the chart's LC is placed on
-edge-node-1 only.
+edge-node-1 only, and the workers of other nodes (the cloud-side feature extraction and
+re-identification workers, edge-node-2's trainer) find no LC to report to.
 
     .venv/bin/python examples/devrun.py [--no-examples] [--install direct|helm]
 """
@@ -29,6 +30,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -43,12 +45,18 @@ from lc.config import load as load_lc_config  # noqa: E402
 from lc.link import link_factory  # noqa: E402
 from shared import apis, logs  # noqa: E402
 
-EXAMPLES = ("joint-inference-helmet-detection.yaml", "federated-learning-surface-defect.yaml")
+# What `make run` applies: one example per reconciled kind (the multi-edge file holds the
+# FeatureExtractionService, ReidJob and VideoAnalyticsJob with their Model).
+EXAMPLES = ("joint-inference-helmet-detection.yaml", "federated-learning-surface-defect.yaml",
+            "multi-edge-inference-pedestrian-tracking.yaml", "object-search-pedestrian.yaml",
+            "object-tracking-pedestrian.yaml")
 KUBECONFIG = Path(".devcluster/kubeconfig")
 FIRST_CLUSTER_PORT = 6443
 PORT_TRIES = 20
 GM_PORT = 9000
-LC_PORTS = {"edge-node-1": 9100, "edge-node-2": 9101}
+# One LC per node, as upstream's DaemonSet runs one on every node: the examples' cloud-side
+# workers (feature extraction, re-identification) report to the LC of cloud-node.
+LC_PORTS = {"edge-node-1": 9100, "edge-node-2": 9101, "cloud-node": 9102}
 STATE = ROOT / ".devcluster"
 HELM = ROOT / ".venv" / "bin" / "helm"
 HELM_TIMEOUT = 180.0
@@ -69,24 +77,39 @@ async def start_cluster(**options) -> DevCluster:
 
 
 def image_map() -> dict:
-    """Every example image runs the simulated worker, which finds its LC by node name."""
+    """Every example image runs the simulated worker, which finds its LC by node name and
+    its role by the env the GM gives it (examples/workers/sim.py)."""
     sim = {"command": [sys.executable, str(ROOT / "examples" / "workers" / "sim.py")], "args": "ignore",
            "env": {"SIM_LC_PORTS": ",".join(f"{n}={p}" for n, p in LC_PORTS.items()),
                    "SIM_PERIOD": "5", "SIM_ROUNDS": "6", "SIM_RETRY_WAIT": "1"}}
-    images = set()
+    images: set[str] = set()
     for name in EXAMPLES:
         with open(ROOT / "examples" / "upstream" / name, encoding="utf-8") as f:
             for doc in yaml.safe_load_all(f):
-                for path in (("spec", "edgeWorker"), ("spec", "cloudWorker"), ("spec", "aggregationWorker")):
-                    worker = (doc or {}).get(path[0], {}).get(path[1]) or {}
-                    images.update(c["image"] for c in worker.get("template", {}).get("spec", {}).get("containers", []))
-                for worker in ((doc or {}).get("spec") or {}).get("trainingWorkers") or []:
-                    images.update(c["image"] for c in worker["template"]["spec"]["containers"])
+                images.update(example_images(doc))
     return {image: sim for image in images}
 
 
+def example_images(node: Any) -> set[str]:
+    """The images of every container list anywhere in a manifest (each kind keeps its pod
+    templates somewhere else in its spec; this needs no table of where)."""
+    found: set[str] = set()
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "containers" and isinstance(value, list):
+                found.update(c["image"] for c in value if isinstance(c, dict) and c.get("image"))
+            else:
+                found |= example_images(value)
+    elif isinstance(node, list):
+        for item in node:
+            found |= example_images(item)
+    return found
+
+
 def write_datasets(rootfs: Path, node: str) -> None:
-    """The example Datasets' index files, as the node would hold them."""
+    """The example Datasets' index files, as the node would hold them (edge nodes only)."""
+    if not node.startswith("edge-"):
+        return
     (rootfs / "data").mkdir(parents=True, exist_ok=True)
     dataset = rootfs / "data" / ("1.txt" if node.endswith("1") else "2.txt")
     if not dataset.exists():
@@ -182,8 +205,9 @@ def banner(dc: DevCluster, kubeconfig: Path, install: str, applied: list[str]) -
     return (f"dev cluster  {dc.url}\n{parts}"
             f"examples     {', '.join(applied) or 'none'}\n\n"
             f"  export KUBECONFIG={kubeconfig}\n"
-            f"  kubectl get ji,fl,datasets,pods\n"
+            f"  kubectl get ji,fl,fe,reid,va,objs,objt,datasets,pods\n"
             f"  kubectl logs surface-defect-detection-trainworker-0\n"
+            f"  kubectl get fe feature-extraction -o jsonpath='{{.status.metrics}}'\n"
             f"  curl http://127.0.0.1:9100/sedna/workers\n\n"
             f"Ctrl-C to stop.")
 

@@ -29,6 +29,7 @@ from lc.api import build_app, protocol_error_response
 from lc.config import LCConfig
 from lc.dispatch import Dispatcher
 from lc.errors import ConfigError
+from lc.managers.base import Manager
 from lc.managers.dataset import DatasetManager
 from lc.managers.federatedlearning import FederatedLearningManager
 from lc.managers.forward import ReportForwarder
@@ -36,6 +37,7 @@ from lc.managers.jointinference import JointInferenceManager
 from lc.managers.model import ModelManager
 from lc.metrics import LCMetrics
 from lc.store import Store
+from shared import apis
 from shared.logs import event
 from shared.server_limits import guarded_runner
 from shared.tasks import Restart, Supervised
@@ -46,8 +48,20 @@ log = logging.getLogger(__name__)
 HTTP_SHUTDOWN_TIMEOUT = 10.0
 LINK_STOP_TIMEOUT = 10.0  # the link closes its socket within its own close timeout (5 s)
 LINK_RESTART = Restart(initial=0.5, cap=30.0, stable_after=60.0)
-# Report forwarding only; their trigger logic (sample files, rounds) is a later issue.
-TRAINING_KINDS = ("IncrementalLearningJob", "LifelongLearningJob")
+
+
+def forwarders(dedicated: Iterable[Manager]) -> list[ReportForwarder]:
+    """A plain report relay for every Sedna kind without a manager of its own.
+
+    The GM sends a node the objects its workers need and accepts their status only from
+    that node, so the LC need not know more about a kind than that its workers report:
+    IL and LL (whose trigger logic is a later issue) and the multi-edge kinds
+    (FeatureExtractionService, ObjectSearchService, ObjectTrackingService, ReidJob,
+    VideoAnalyticsJob) get their reports relayed unchanged, in upstream's body shape.
+    Taking the list from the registry means a kind added there is relayed here too.
+    """
+    handled = {m.kind for m in dedicated}
+    return [ReportForwarder(api.kind) for api in apis.ALL_KINDS if api.kind not in handled]
 
 
 class Link(Protocol):
@@ -126,9 +140,8 @@ class LocalController:
             DatasetManager(self.store, rootfs=self.config.rootfs,
                            period=self.config.dataset_period),
             ModelManager(), JointInferenceManager(), FederatedLearningManager(),
-            *(ReportForwarder(kind) for kind in TRAINING_KINDS),
         ]
-        self.dispatcher = Dispatcher(self.store, managers)
+        self.dispatcher = Dispatcher(self.store, [*managers, *forwarders(managers)])
         resumed = await self.dispatcher.resume()
         event(log, "state resumed", resources=resumed, outbox=self.store.outbox_size,
               db=self.config.db_path)

@@ -1,17 +1,27 @@
 """A simulated Sedna worker: reports to its LocalController like upstream's Python library.
 
 Run by the dev cluster's process runtime in place of the example images, with the env the
-GM injects. The role comes from that env:
+GM injects. The role comes from that env alone (no image name, no extra setting), by the
+first rule that matches, in this order:
 
-- JI edge worker (`HEM_NAME` set): every `SIM_PERIOD` s, a joint-inference stats report
-  (cumulative inference and hard-example counts), forever;
-- JI cloud worker (`BIG_MODEL_BIND_PORT`): idles, forever;
-- FL trainer (`AGG_PORT`): `SIM_ROUNDS` round reports (`status: running`, the last
-  `completed`), one per `SIM_PERIOD` s, then exits 0;
-- FL aggregator (`AGG_BIND_PORT`): waits out the rounds, then exits 0.
+| env the GM sets                          | worker                         | what it does |
+|------------------------------------------|--------------------------------|--------------|
+| `HEM_NAME`                               | JI edge worker                 | a joint-inference stats report (cumulative inference and hard-example counts) every `SIM_PERIOD` s, forever |
+| `AGG_PORT`                               | FL trainer                     | `SIM_ROUNDS` round reports (`status: running`, the last `completed`), one per `SIM_PERIOD` s, then exits 0 |
+| `AGG_BIND_PORT`                          | FL aggregator                  | waits out the rounds, then exits 0 |
+| `EDGEMESH_URL`                           | ObjectSearch/ObjectTracking tracking worker | stays up (nothing it reports is read) |
+| `JOB_NAME`, `LC_SERVER`, `MODEL_URL`, no `SERVICE_NAME` | VideoAnalyticsJob worker | `SIM_ROUNDS` progress reports (frames, detections), the last `completed`, then exits 0 |
+| `JOB_NAME`, `LC_SERVER`, no `SERVICE_NAME` | ReidJob worker               | `SIM_ROUNDS` progress reports (queries, matches), the last `completed`, then exits 0 |
+| `SERVICE_NAME`, `MODEL_URL`, `LC_SERVER` | FeatureExtractionService worker | a metrics report (cumulative frame and feature counts) every `SIM_PERIOD` s, forever |
+| anything else                            | JI cloud worker, ObjectSearch user worker, reid workers of ObjectSearch/ObjectTracking | stays up |
 
-Reports are the bodies of upstream-lc.md §2.6, POSTed to `$LC_SERVER/sedna/workers/
-$WORKER_NAME/info` with the library's retry policy (5 attempts, `SIM_RETRY_WAIT` s apart).
+The order matters where env overlaps: a JI edge worker also has SERVICE_NAME, MODEL_URL and
+LC_SERVER, an FL trainer JOB_NAME and LC_SERVER; a JI cloud worker gets no LC_SERVER.
+IncrementalLearning and LifelongLearning workers are not simulated (`make run` maps no
+image of theirs). Reports are the bodies of upstream-lc.md §2.6 (`ownerKind` the
+lower-case kind, `default` for an FL trainer as the library sends, `ownerName` = JOB_NAME,
+else SERVICE_NAME), POSTed to `$LC_SERVER/sedna/workers/$WORKER_NAME/info` with the
+library's retry policy (5 attempts, `SIM_RETRY_WAIT` s apart).
 `SIM_LC_PORTS=edge-node-1=9100,edge-node-2=9101` picks the LC port by `NODE_NAME` when
 several LCs share one host (the dev run). Standard library only, like a minimal worker.
 """
@@ -26,11 +36,28 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 
 def env(name: str, default: str = "") -> str:
     return os.environ.get(name, default)
+
+
+def role(environ: Mapping[str, str]) -> str:
+    """Which worker this process plays, by the rules of the module docstring."""
+    has = {name for name, value in environ.items() if value}
+    job_worker = {"JOB_NAME", "LC_SERVER"} <= has and "SERVICE_NAME" not in has
+    rules = (
+        ("ji-edge", "HEM_NAME" in has),
+        ("fl-train", "AGG_PORT" in has),
+        ("fl-aggregation", "AGG_BIND_PORT" in has),
+        ("tracking", "EDGEMESH_URL" in has),
+        ("videoanalytics", job_worker and "MODEL_URL" in has),
+        ("reid", job_worker),
+        ("fe", {"SERVICE_NAME", "MODEL_URL", "LC_SERVER"} <= has),
+    )
+    return next((name for name, matches in rules if matches), "idle")
 
 
 def lc_server() -> str:
@@ -59,22 +86,34 @@ def post(body: dict) -> bool:
     return False
 
 
+def report(owner_kind: str, *, kind: str, owner_info: dict, status: str | None = None,
+           results: list | None = None) -> bool:
+    """POST a report in the library's key order; `status` and `results` only when given."""
+    body = {"name": env("WORKER_NAME"), "namespace": env("NAMESPACE", "default"),
+            "ownerName": env("JOB_NAME") or env("SERVICE_NAME"), "ownerKind": owner_kind,
+            "kind": kind}
+    if status is not None:
+        body["status"] = status
+    if results is not None:
+        body["results"] = results
+    body["ownerInfo"] = owner_info
+    return post(body)
+
+
 def stamp() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def joint_inference_edge(period: float) -> None:
+def joint_inference_edge(period: float, rounds: int) -> None:
     inferences = hard = 0
     while True:
         start = stamp()
         time.sleep(period)
         n = random.randint(20, 40)
         inferences, hard = inferences + n, hard + random.randint(1, n // 4)
-        post({"name": env("WORKER_NAME"), "namespace": env("NAMESPACE", "default"),
-              "ownerName": env("JOB_NAME") or env("SERVICE_NAME"), "ownerKind": "jointinferenceservice",
-              "kind": "inference", "results": [],
-              "ownerInfo": {"startTime": start, "updateTime": stamp(), "inferenceNumber": inferences,
-                            "hardExampleNumber": hard, "uploadCloudRatio": hard / inferences}})
+        report("jointinferenceservice", kind="inference", results=[],
+               owner_info={"startTime": start, "updateTime": stamp(), "inferenceNumber": inferences,
+                           "hardExampleNumber": hard, "uploadCloudRatio": hard / inferences})
         print(f"reported {inferences} inferences, {hard} hard examples", flush=True)
 
 
@@ -85,29 +124,72 @@ def federated_trainer(period: float, rounds: int) -> None:
         time.sleep(period)
         loss, acc = round(loss * 0.8, 4), round(min(0.99, acc + 0.1), 4)
         metrics = {"loss": [loss], "accuracy": [acc]}
-        ok = post({"name": env("WORKER_NAME"), "namespace": env("NAMESPACE", "default"),
-                   "ownerName": env("JOB_NAME"), "ownerKind": "default", "kind": "train",
-                   "status": "completed" if rnd == rounds else "running",
-                   "results": [{"format": "pb", "url": "/model/model.pb", "metrics": metrics}],
-                   "ownerInfo": {"currentRound": rnd, "sampleCount": 1200, "startTime": started,
-                                 "updateTime": stamp()}})
+        ok = report("default", kind="train", status="completed" if rnd == rounds else "running",
+                    results=[{"format": "pb", "url": "/model/model.pb", "metrics": metrics}],
+                    owner_info={"currentRound": rnd, "sampleCount": 1200, "startTime": started,
+                                "updateTime": stamp()})
         print(f"round {rnd}/{rounds} reported={ok} loss={loss}", flush=True)
+
+
+def federated_aggregator(period: float, rounds: int) -> None:
+    time.sleep(period * (rounds + 1))
+    print("aggregation finished", flush=True)
+
+
+def feature_extraction(period: float, rounds: int) -> None:
+    """Cumulative counts, like JI's stats: each report supersedes the one before."""
+    frames = features = 0
+    while True:
+        start = stamp()
+        time.sleep(period)
+        n = random.randint(20, 40)
+        frames, features = frames + n, features + random.randint(n // 2, n)
+        report("featureextractionservice", kind="inference",
+               owner_info={"startTime": start, "updateTime": stamp(), "frameNumber": frames,
+                           "featureNumber": features})
+        print(f"reported {frames} frames, {features} features", flush=True)
+
+
+def job_worker(owner_kind: str, counters: tuple[str, str]) -> Callable[[float, int], None]:
+    """A Reid/VA worker: `rounds` progress reports, the last `completed`; then it ends (exit 0)."""
+    def run(period: float, rounds: int) -> None:
+        started = stamp()
+        seen = found = 0
+        for rnd in range(1, rounds + 1):
+            time.sleep(period)
+            n = random.randint(20, 40)
+            seen, found = seen + n, found + random.randint(0, n // 4)
+            ok = report(owner_kind, kind="inference",
+                        status="completed" if rnd == rounds else "running",
+                        owner_info={"startTime": started, "updateTime": stamp(),
+                                    counters[0]: seen, counters[1]: found})
+            print(f"progress {rnd}/{rounds} reported={ok} {counters[0]}={seen}", flush=True)
+    return run
+
+
+def idle(period: float, rounds: int) -> None:
+    """A worker with nothing to report: stays up until the pod is deleted."""
+    while True:
+        time.sleep(3600)
+
+
+ROLES: dict[str, Callable[[float, int], None]] = {
+    "ji-edge": joint_inference_edge,
+    "fl-train": federated_trainer,
+    "fl-aggregation": federated_aggregator,
+    "tracking": idle,
+    "videoanalytics": job_worker("videoanalyticsjob", ("frameNumber", "detectionNumber")),
+    "reid": job_worker("reidjob", ("queryNumber", "matchNumber")),
+    "fe": feature_extraction,
+    "idle": idle,
+}
 
 
 def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    period = float(env("SIM_PERIOD", "2"))
-    rounds = int(env("SIM_ROUNDS", "3"))
-    if env("HEM_NAME"):
-        joint_inference_edge(period)
-    elif env("AGG_PORT"):
-        federated_trainer(period, rounds)
-    elif env("AGG_BIND_PORT"):
-        time.sleep(period * (rounds + 1))
-        print("aggregation finished", flush=True)
-    else:
-        while True:  # a cloud inference worker: nothing to report
-            time.sleep(3600)
+    name = role(os.environ)
+    print(f"simulated worker role={name} worker={env('WORKER_NAME')}", flush=True)
+    ROLES[name](float(env("SIM_PERIOD", "2")), int(env("SIM_ROUNDS", "3")))
     return 0
 
 

@@ -10,13 +10,25 @@ from another kind module; what two kinds share lives in a module of its own here
 from __future__ import annotations
 
 from gm.controllers.declare import KindDeclaration, ReportRule
-from gm.kinds import featureextraction, federatedlearning, jointinference
+from gm.kinds import (
+    featureextraction,
+    federatedlearning,
+    jointinference,
+    objectsearch,
+    objecttracking,
+    reid,
+    videoanalytics,
+)
 from shared import apis
 
 DECLARATIONS: tuple[KindDeclaration, ...] = (
     jointinference.DECLARATION,
     federatedlearning.DECLARATION,
+    objectsearch.DECLARATION,
+    objecttracking.DECLARATION,
     featureextraction.DECLARATION,
+    reid.DECLARATION,
+    videoanalytics.DECLARATION,
 )
 
 

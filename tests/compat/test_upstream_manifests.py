@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
+
+from shared import apis
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples" / "upstream").glob("*.yaml"))
@@ -32,9 +35,23 @@ async def test_every_upstream_example_applies_then_is_unchanged(with_crds):
         # (kubernetes/kubernetes#87736); the write itself is a no-op.
         assert all(line.endswith(" unchanged") or (line.startswith("secret/") and line.endswith(" configured"))
                    for line in out.splitlines()), f"{path.name}: {out}"
-    rc, out, err = await kubectl("get", "ji,fl,il,ll", "-o", "name")
+    rc, out, err = await kubectl("get", ",".join(k.plural for k in apis.ALL_KINDS), "-o", "name")
     assert rc == 0, err
+    assert set(out.splitlines()) == _sedna_objects()
     assert "jointinferenceservice.sedna.io/helmet-detection-inference-example" in out.splitlines()
+
+
+def _sedna_objects() -> set[str]:
+    """`kubectl get -o name` of every sedna.io object the examples hold."""
+    docs = [doc for path in EXAMPLES for doc in yaml.safe_load_all(path.read_text()) if doc]
+    return {f"{doc['kind'].lower()}.{apis.GROUP}/{doc['metadata']['name']}" for doc in docs
+            if doc["apiVersion"] == apis.API_VERSION}
+
+
+def test_examples_hold_every_kind():
+    docs = [doc for path in EXAMPLES for doc in yaml.safe_load_all(path.read_text()) if doc]
+    assert {d["kind"] for d in docs if d["apiVersion"] == apis.API_VERSION} == {
+        k.kind for k in apis.ALL_KINDS}
 
 
 async def test_invalid_upstream_style_manifest_is_rejected_naming_the_field(with_crds):
