@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 
 from devcluster.runtime import ImageEntry
-from gm.kinds import reconciled_kinds
 from lc.app import LocalController
 from lc.config import load
 from lc.link import link_factory
@@ -82,14 +81,6 @@ def _true(status: dict[str, Any], condition_type: str) -> bool:
                for c in status.get("conditions") or ())
 
 
-def _require_reconciled(checks: list[Check]) -> None:
-    """A case runs once the GM reconciles its kinds (their declarations in gm/kinds)."""
-    reconciled = {api.kind for api in reconciled_kinds()}
-    missing = sorted({kind for kind, *_ in checks} - reconciled)
-    if missing:
-        pytest.skip(f"not reconciled by this GM yet: {', '.join(missing)}")
-
-
 @contextlib.asynccontextmanager
 async def local_controllers(tmp_path: Path, gm_port: int) -> AsyncIterator[dict[str, int]]:
     """An LC per node, linked to the GM, with the example Datasets' files; yields node -> port."""
@@ -130,7 +121,6 @@ def _status(dc, kind: str, name: str) -> dict[str, Any]:
 @pytest.mark.parametrize(("example", "checks"), CASES)
 async def test_example_workers_report_through_their_lc(start_gm, sedna_cluster, tmp_path: Path,
                                                        example: str, checks: list[Check]) -> None:
-    _require_reconciled(checks)
     dc = sedna_cluster
     gm = await start_gm()
     async with local_controllers(tmp_path, gm.port) as ports:
