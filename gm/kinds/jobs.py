@@ -44,7 +44,7 @@ from gm.controllers.declare import (
     Build,
     Dependencies,
     KindDeclaration,
-        Observed,
+    Observed,
     Owns,
     Watches,
 )
