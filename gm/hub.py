@@ -20,7 +20,8 @@ Why it looks the way it does (each point fixes an upstream weakness, see the GM 
   order right after it. The handler is given the LC's outbox epoch with each report so it
   can order them across sessions too (gm/reportorder.py).
 - Peers that do not offer the native subprotocol get upstream's JSON envelope exactly
-  as upstream LCs expect it: inserts and deletes, no snapshot markers, no acks.
+  as upstream LCs expect it: inserts and deletes, no snapshot markers, no acks, and only
+  the kinds upstream's GM sends (an upstream LC has no manager for the others).
 """
 
 from __future__ import annotations
@@ -130,6 +131,13 @@ class HubStats:
     handler_errors: int = 0
     acks_out: int = 0
     skipped_out: int = 0
+
+
+def _upstream_lc_takes(kind: str) -> bool:
+    """Whether upstream's LC has a manager for the kind (the ones upstream's GM sends it);
+    it would log and drop any other, so an upstream-mode session is not sent those."""
+    api = apis.by_kind(kind)
+    return api is not None and api.synced_to_edge
 
 
 class _SessionEnd(Exception):
@@ -664,6 +672,8 @@ class Hub:
 
     async def _send_object(self, session: _Session, key: ObjKey, obj: Mapping[str, Any] | None) -> None:
         kind, namespace, name = key
+        if not session.native and not _upstream_lc_takes(kind):
+            return  # assigned all the same: the node's reports for it are accepted
         op = Op.DELETE if obj is None else Op.UPSERT
         try:
             msg = Message(op, session.next_seq(), kind, namespace, name, obj)

@@ -231,6 +231,30 @@ async def test_upstream_lc_gets_inserts_and_its_status_is_applied(gm, api, conne
     assert await samples() == 42
 
 
+async def test_an_upstream_lc_is_sent_only_the_kinds_upstream_sends(gm, api, connect):
+    await create_fl_example(api, gm)
+    reid = {"apiVersion": apis.API_VERSION, "kind": "ReidJob", "metadata": {"name": "reid"},
+            "spec": {"template": {"spec": {"nodeName": "edge-node-2",
+                                           "containers": [{"name": "reid", "image": "reid:v1"}]}}}}
+    await api.create(GVR("sedna.io", "v1alpha1", "reidjobs"), reid, namespace=NS)
+    await eventually(lambda: gm.edge.is_assigned("edge-node-2", "ReidJob", NS, "reid"), message="assigned")
+    ws = await connect("edge-node-2", native=False)
+    await ws.send_str(BARE_HEADER)
+    got = set()
+    while len(got) < 3:
+        msg = decode_upstream((await ws.receive(timeout=FRAME_WAIT)).data, canonical_kind=apis.canonical_kind)
+        got.add(msg.key)
+    # frames go out in order: a delete made now comes after anything the snapshot still held
+    await api.delete(DATASETS, DS2, namespace=NS)
+    while (msg := decode_upstream((await ws.receive(timeout=FRAME_WAIT)).data,
+                                  canonical_kind=apis.canonical_kind)).op is not Op.DELETE:
+        got.add(msg.key)
+    assert msg.key == ("Dataset", NS, DS2)
+    assert ("ReidJob", NS, "reid") not in got
+    lc = await connect.native("edge-node-2")  # a native LC of that node gets it
+    assert ("ReidJob", NS, "reid") in lc.snapshot
+
+
 async def test_ji_follows_its_edge_pods_and_reports_become_sorted_metrics(gm, api, connect):
     objs = load_example("joint-inference-helmet-detection.yaml")
     ji = objs[-1]
