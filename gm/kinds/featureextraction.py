@@ -41,7 +41,7 @@ from gm.controllers.declare import (
 from gm.kube.resources import DEPLOYMENTS, SERVICES
 from gm.reports import metrics_report
 from gm.workers.children import Owner, build_deployment, build_service, check_label_value, owner_of
-from gm.workers.deployspec import InlineDeployment, inline_deployment
+from gm.workers.deployspec import InlineDeployment, check_selector_kept, inline_deployment
 from gm.workers.errors import InvalidSpec
 from gm.workers.inputs import mount_of, ref_name, required
 from gm.workers.storage import WorkerMount, plan_storage
@@ -78,7 +78,7 @@ def build(cr: dict, deps: Dependencies) -> dict:
     check_label_value(app_label, what="app.sedna.io label value")
     inline = inline_deployment(spec, where="spec")
     deployment = _deployment(owner, spec, inline, app_label=app_label, deps=deps)
-    _check_selector_kept(deployment, deps.observed(DEPLOYMENTS))
+    check_selector_kept(deployment, deps.observed(DEPLOYMENTS), where="spec")
     service = build_service(owner, name=service_name(owner.name), worker_type=WORKER_TYPE,
                             port=PORT)
     return {DEPLOYMENTS: [deployment], SERVICES: [service]}
@@ -113,21 +113,6 @@ def _kafka(spec: Mapping[str, Any]) -> bool:
     if value is not None and not isinstance(value, bool):
         raise InvalidSpec("InvalidSpec", f"spec.kafkaSupport must be true or false, not {value!r}")
     return bool(value)
-
-
-def _check_selector_kept(desired: Mapping[str, Any], observed: list[dict]) -> None:
-    """A Deployment's selector is immutable: an edit of it is the user's to undo (or to
-    apply by deleting and recreating the service), said once as a condition."""
-    name = desired["metadata"]["name"]
-    for current in observed:
-        if deep_get(current, "metadata", "name") != name:
-            continue
-        if deep_get(current, "metadata", "deletionTimestamp"):
-            continue
-        if deep_get(current, "spec", "selector") != desired["spec"]["selector"]:
-            raise InvalidSpec("SelectorImmutable", f"spec.selector changed, but the selector of "
-                              f"Deployment {name} cannot change; restore it, or delete and "
-                              "recreate the FeatureExtractionService")
 
 
 # -- status ------------------------------------------------------------------------------

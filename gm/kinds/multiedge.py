@@ -2,7 +2,7 @@
 Deployment and its Service, the tracking worker pods and the status rules.
 
 Both kinds run one tracking worker per camera (a Pod per `spec.trackingWorkers` entry) that
-sends what it sees to a pool of re-identification workers (the inline DeploymentSpec
+sends what it sees to a pool of re-identification workers (the embedded DeploymentSpec
 `spec.reidWorkers`) behind the EdgeMesh Service `<name>-reidworker` on 9378. Names, ports,
 worker types and env follow upstream's ObjectSearch controller (spec/upstream-gm.md §3.7,
 §3.12); departures, on purpose:
@@ -11,13 +11,17 @@ worker types and env follow upstream's ObjectSearch controller (spec/upstream-gm
   every worker's `WORKER_NAME` is its pod's own name (upstream: `trackingworker-<5 random>`,
   new on every create). A tracking pod's spec hash covers its own template only, so editing
   one camera's worker recreates that pod alone, under the same name.
-- The reid Deployment honours the DeploymentSpec fields that shape a rollout (`replicas`,
-  default 1, `strategy`, `minReadySeconds`, `paused`, `progressDeadlineSeconds`,
-  `revisionHistoryLimit`; upstream copies replicas and the template only). The user's
-  `selector` is checked against the template's labels, as the API server would check it,
-  but the Deployment selects by the CR's worker labels: a Deployment's selector is immutable,
-  so following an edited one would make every later update of the Deployment fail, and the
-  worker labels already pick exactly these pods.
+- The reid Deployment honours the whole DeploymentSpec `spec.reidWorkers` the way every
+  embedded DeploymentSpec is honoured (gm/workers/deployspec.py, as FeatureExtractionService
+  does; upstream copies replicas and the template only): `replicas` defaults to 1, the
+  rollout knobs (`strategy`, `minReadySeconds`, `paused`, `progressDeadlineSeconds`,
+  `revisionHistoryLimit`) are checked and copied, and the user's `selector` is kept with
+  the CR's worker labels added. A selector that does not select the template is a Failed
+  condition (`InvalidSelector`), and so is an edit of the selector once the Deployment
+  exists (`SelectorImmutable`): the API server refuses such an update, so the running
+  Deployment is left as it is until the user restores the selector or recreates the CR.
+  The user worker's Deployment (ObjectSearchService) is not an embedded DeploymentSpec:
+  one replica, selected by the worker labels.
 - The reid workers get `NAMESPACE`, `SERVICE_NAME` and `WORKER_NAME` like the other workers
   (upstream gives them no env at all).
 - A tracking pod keeps its template's restartPolicy (upstream forces none either). A failed
@@ -30,7 +34,7 @@ worker types and env follow upstream's ObjectSearch controller (spec/upstream-gm
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gm.controllers.conditions import deployment_active, deployment_failed, exclusive
@@ -45,7 +49,9 @@ from gm.workers.children import (
     check_label_value,
     owner_of,
 )
+from gm.workers.deployspec import InlineDeployment, check_selector_kept, inline_deployment
 from gm.workers.errors import InvalidSpec
+from gm.workers.inputs import object_list
 from gm.workers.storage import StoragePlan
 from gm.workers.template import env_field, env_value, render_template
 from shared import apis
@@ -55,16 +61,7 @@ REID, TRACKING, USER = "reidworker", "trackingworker", "userworker"
 REID_PORT = 9378
 CONDITION_TYPES = ("Pending", "Running", "Failed")
 OWNS = (Owns(DEPLOYMENTS), Owns(SERVICES), Owns(PODS, on_edit="recreate"))
-
-# DeploymentSpec fields of `spec.reidWorkers` copied onto the Deployment, with their check.
-_ROLLOUT_FIELDS: dict[str, Callable[[Any], bool]] = {
-    "strategy": lambda v: isinstance(v, Mapping),
-    "minReadySeconds": lambda v: _is_count(v),
-    "paused": lambda v: isinstance(v, bool),
-    "progressDeadlineSeconds": lambda v: _is_count(v) and v > 0,
-    "revisionHistoryLimit": lambda v: _is_count(v),
-}
-
+REID_WHERE = "spec.reidWorkers"
 
 def deployment_name(service: str, worker_type: str) -> str:
     """`<service>-deployment-<worker type>`."""
@@ -103,12 +100,13 @@ def worker_env(owner: Owner, *, name: str | None = None) -> list[dict[str, Any]]
 
 
 def worker_deployment(owner: Owner, worker_type: str, template: Any, *, where: str,
-                      spec_fields: Mapping[str, Any]) -> dict[str, Any]:
-    """A Deployment `<service>-deployment-<worker type>` running `template`."""
+                      inline: InlineDeployment) -> dict[str, Any]:
+    """A Deployment `<service>-deployment-<worker type>` running `template`, shaped by the
+    checked DeploymentSpec `inline`."""
     rendered = render_template(template, where=where, env=worker_env(owner), storage=StoragePlan())
     return build_deployment(owner, name=deployment_name(owner.name, worker_type),
                             worker_type=worker_type, app_label=f"{owner.name}-{worker_type}-svc",
-                            rendered=rendered, spec_fields=spec_fields)
+                            rendered=rendered, inline=inline)
 
 
 def worker_service(owner: Owner, worker_type: str, port: int) -> dict[str, Any]:
@@ -116,85 +114,25 @@ def worker_service(owner: Owner, worker_type: str, port: int) -> dict[str, Any]:
                          worker_type=worker_type, port=port)
 
 
-def reid_children(owner: Owner, spec: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The reid Deployment (from the inline DeploymentSpec) and its Service on 9378."""
+def reid_children(owner: Owner, spec: Mapping[str, Any],
+                  observed: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The reid Deployment (from the embedded DeploymentSpec) and its Service on 9378;
+    `observed` are the CR's Deployments now, against which a selector edit is refused."""
     reid = spec.get("reidWorkers")
     if not isinstance(reid, Mapping):
         raise InvalidSpec("InvalidSpec", "spec.reidWorkers must be a DeploymentSpec object")
-    template = reid.get("template")
-    _check_selector(reid.get("selector"), deep_get(template, "metadata", "labels"),
-                    where="spec.reidWorkers")
-    deployment = worker_deployment(owner, REID, template, where="spec.reidWorkers.template",
-                                   spec_fields=_rollout_fields(reid, where="spec.reidWorkers"))
+    inline = inline_deployment(reid, where=REID_WHERE)
+    deployment = worker_deployment(owner, REID, reid.get("template"),
+                                   where=f"{REID_WHERE}.template", inline=inline)
+    check_selector_kept(deployment, observed, where=REID_WHERE)
     return deployment, worker_service(owner, REID, REID_PORT)
-
-
-def _rollout_fields(reid: Mapping[str, Any], *, where: str) -> dict[str, Any]:
-    replicas = reid.get("replicas", 1)
-    if not _is_count(replicas):
-        raise InvalidSpec("InvalidSpec", f"{where}.replicas must be an integer >= 0")
-    fields: dict[str, Any] = {"replicas": replicas}
-    for key, valid in _ROLLOUT_FIELDS.items():
-        if reid.get(key) is None:
-            continue
-        if not valid(reid[key]):
-            raise InvalidSpec("InvalidSpec", f"{where}.{key} has the wrong type or value")
-        fields[key] = reid[key]
-    return fields
-
-
-def _check_selector(selector: Any, labels: Any, *, where: str) -> None:
-    """A selector given must select the template's labels (or the Deployment is invalid)."""
-    if selector is None:
-        return
-    if not isinstance(selector, Mapping):
-        raise InvalidSpec("InvalidSpec", f"{where}.selector must be a label selector object")
-    labels = labels if isinstance(labels, Mapping) else {}
-    if not selects(selector, labels):
-        raise InvalidSpec("SelectorMismatch", f"{where}.selector does not match "
-                          f"{where}.template.metadata.labels {dict(labels)}")
-
-
-def selects(selector: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
-    """Whether a meta/v1 LabelSelector matches `labels` (a malformed selector matches nothing)."""
-    match_labels = selector.get("matchLabels") or {}
-    expressions = selector.get("matchExpressions") or []
-    if not isinstance(match_labels, Mapping) or not isinstance(expressions, list):
-        return False
-    if any(labels.get(k) != v for k, v in match_labels.items()):
-        return False
-    return all(isinstance(e, Mapping) and _expression_holds(e, labels) for e in expressions)
-
-
-def _expression_holds(expr: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
-    key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-    if op == "In":
-        return key in labels and labels[key] in values
-    if op == "NotIn":
-        return key not in labels or labels[key] not in values
-    if op == "Exists":
-        return key in labels
-    if op == "DoesNotExist":
-        return key not in labels
-    return False
-
-
-def tracking_workers(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """`spec.trackingWorkers`: at least one, each an object (its template is checked later)."""
-    workers = spec.get("trackingWorkers")
-    if not isinstance(workers, list) or not workers:
-        raise InvalidSpec("InvalidSpec", "spec.trackingWorkers needs at least one worker")
-    for i, worker in enumerate(workers):
-        if not isinstance(worker, Mapping):
-            raise InvalidSpec("InvalidSpec", f"spec.trackingWorkers[{i}] is not an object")
-    return workers
 
 
 def tracking_pods(owner: Owner, spec: Mapping[str, Any],
                   urls: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
     """One Pod per tracking worker, with the common env and then `urls` (name, value)."""
     pods = []
-    for i, worker in enumerate(tracking_workers(spec)):
+    for i, worker in enumerate(object_list(spec, "trackingWorkers", what="worker")):
         name = tracking_pod_name(owner.name, i)
         env = [*worker_env(owner, name=name), *(env_value(k, v) for k, v in urls)]
         rendered = render_template(worker.get("template"), where=f"spec.trackingWorkers[{i}].template",
@@ -272,6 +210,3 @@ def _conditions(conditions: list[dict], observed: Observed, *, failures: list[tu
                          message=f"{active}/{expected} workers available", now=now)
     return exclusive(conditions, CONDITION_TYPES, "Failed", reason=reason, message=message, now=now)
 
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

@@ -6,7 +6,7 @@ Deployment `<name>-deployment-reidworker` and Service `<name>-reidworker` (9378)
 Deployment `<name>-deployment-userworker` (replicas 1) and Service `<name>-userworker`
 (9379), then the tracking pods, which find the other two through `USERWORKER_URL` and
 `EDGEMESH_URL`. This module keeps those names, ports and env; what it does differently (pod
-names, `WORKER_NAME`, rollout fields, failure not terminal) is written in
+names, `WORKER_NAME`, the embedded DeploymentSpec honoured, failure not terminal) is written in
 gm/kinds/multiedge.py, which ObjectTrackingService shares.
 
 Reports: upstream registers a no-op handler for the kind. Here a report's
@@ -23,6 +23,7 @@ from gm.controllers.declare import Children, Dependencies
 from gm.kinds import multiedge
 from gm.kinds.multiedge import USER
 from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
+from gm.workers.deployspec import InlineDeployment
 from gm.workers.errors import InvalidSpec
 from shared import apis
 
@@ -31,16 +32,18 @@ USER_PORT = 9379
 
 
 def build(cr: dict[str, Any], deps: Dependencies) -> Children:
-    """The desired children; reads nothing but the CR (the kind names no Model or Secret)."""
+    """The desired children; reads the CR and its Deployments now (a reid selector edit is
+    refused against the live Deployment); the kind names no Model or Secret."""
     owner = multiedge.checked_owner(cr, kind=KIND)
     spec = cr["spec"]
     user = spec.get("userWorker")
     if not isinstance(user, Mapping):
         raise InvalidSpec("InvalidSpec", "spec.userWorker must be an object with a template")
-    reid_deployment, reid_service = multiedge.reid_children(owner, spec)
+    reid_deployment, reid_service = multiedge.reid_children(owner, spec,
+                                                            deps.observed(DEPLOYMENTS))
     user_deployment = multiedge.worker_deployment(
         owner, USER, user.get("template"), where="spec.userWorker.template",
-        spec_fields={"replicas": 1})
+        inline=InlineDeployment(where="spec.userWorker"))
     urls = [("USERWORKER_URL", multiedge.service_host(owner, USER, USER_PORT)),
             multiedge.reid_url(owner)]
     return {

@@ -32,10 +32,12 @@ KIND = apis.OBJECT_TRACKING.kind
 
 
 def build(cr: dict[str, Any], deps: Dependencies) -> Children:
-    """The desired children; reads nothing but the CR (the kind names no Model or Secret)."""
+    """The desired children; reads the CR and its Deployments now (a reid selector edit is
+    refused against the live Deployment); the kind names no Model or Secret."""
     owner = multiedge.checked_owner(cr, kind=KIND)
     spec = cr["spec"]
-    reid_deployment, reid_service = multiedge.reid_children(owner, spec)
+    reid_deployment, reid_service = multiedge.reid_children(owner, spec,
+                                                            deps.observed(DEPLOYMENTS))
     return {
         DEPLOYMENTS: [reid_deployment],
         SERVICES: [reid_service],

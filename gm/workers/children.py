@@ -136,21 +136,17 @@ def build_pod(owner: Owner, *, name: str, worker_type: str,
 
 def build_deployment(owner: Owner, *, name: str, worker_type: str, app_label: str,
                      rendered: Mapping[str, Any],
-                     spec_fields: Mapping[str, Any] | None = None,
                      inline: InlineDeployment | None = None) -> dict[str, Any]:
-    """A worker Deployment; replicas is left unset (1 by default, or the HPA's to manage)
-    unless `spec_fields` (further DeploymentSpec fields from the CR: replicas, strategy,
-    ...) sets it; the selector and the template are then the builder's. With `inline` (a
-    DeploymentSpec the CR embeds, checked) its replicas, selector (plus the generated
-    labels) and rollout knobs are honoured."""
+    """A worker Deployment selecting its pods by the worker labels. Without `inline`,
+    replicas is left unset (1 by default, or the HPA's to manage); with it (a DeploymentSpec
+    the CR embeds, checked by gm/workers/deployspec.py) its replicas, selector (plus the
+    worker labels) and rollout knobs are honoured."""
     labels = {**owner.labels(worker_type), "app.sedna.io": app_label}
     tmeta = rendered["metadata"]
     template_meta: dict[str, Any] = {"labels": {**tmeta.get("labels", {}), **labels}}
     if tmeta.get("annotations"):
         template_meta["annotations"] = dict(tmeta["annotations"])
-    extra = {k: copy.deepcopy(v) for k, v in (spec_fields or {}).items()
-             if k not in ("selector", "template")}
-    spec = {**extra, "selector": {"matchLabels": labels},
+    spec = {"selector": {"matchLabels": labels},
             "template": {"metadata": template_meta, "spec": copy.deepcopy(rendered["spec"])}}
     if inline is not None:
         spec = inline.applied(spec)

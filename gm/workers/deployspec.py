@@ -1,5 +1,6 @@
-"""A DeploymentSpec a CR embeds (FeatureExtractionService, ObjectSearchService's reid
-workers) checked once: the replicas, the rollout knobs and the user's selector.
+"""A DeploymentSpec a CR embeds (FeatureExtractionService's `spec`, ObjectSearchService's
+and ObjectTrackingService's `spec.reidWorkers`) checked once, the same way for every kind:
+the replicas, the rollout knobs and the user's selector.
 
 Upstream copies only `replicas` and `template` and dereferences a nil `replicas` (a GM
 crash); here `replicas` defaults to 1 (explicitly, so omitting it and writing 1 build the
@@ -7,13 +8,16 @@ same child) and the rest of the DeploymentSpec the user wrote is honoured. The u
 selector is kept, with the generated worker labels added to it; it must select the worker
 template, since the API server refuses a Deployment whose selector does not match its
 template and the user should learn that from the CR's condition, not from a create that
-fails on every reconcile. Every check names the field, so the condition says what to fix.
+fails on every reconcile. For the same reason an edit of the selector once the Deployment
+exists is refused (`SelectorImmutable`, `check_selector_kept`): a Deployment's selector
+cannot change, so the edit is a condition for the user to undo, and the running Deployment
+is left as it is. Every check names the field, so the condition says what to fix.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +25,7 @@ from gm.workers.errors import InvalidSpec
 
 REASON = "InvalidDeploymentSpec"
 SELECTOR_REASON = "InvalidSelector"
+IMMUTABLE_REASON = "SelectorImmutable"
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 _STRATEGIES = ("Recreate", "RollingUpdate")
 # DeploymentSpec integers and the least value each may take
@@ -70,6 +75,28 @@ def inline_deployment(spec: Mapping[str, Any], *, where: str = "spec") -> Inline
     return InlineDeployment(where=where, replicas=_replicas(spec.get("replicas"), where=where),
                             match_labels=labels, match_expressions=expressions,
                             knobs=_knobs(spec, where=where))
+
+
+def check_selector_kept(desired: Mapping[str, Any], observed: Iterable[Mapping[str, Any]], *,
+                        where: str) -> None:
+    """Refuse (`SelectorImmutable`) a `desired` Deployment whose selector differs from the
+    one of the live Deployment of that name in `observed` (the CR's Deployments now; one
+    being deleted is no obstacle, its successor is created afresh). `where` is the path of
+    the embedded DeploymentSpec in the CR, for the message."""
+    name = desired["metadata"]["name"]
+    for current in observed:
+        meta = current.get("metadata") or {}
+        if meta.get("name") != name or meta.get("deletionTimestamp"):
+            continue
+        if (current.get("spec") or {}).get("selector") != desired["spec"]["selector"]:
+            raise InvalidSpec(IMMUTABLE_REASON, f"{where}.selector changed, but the selector of "
+                              f"Deployment {name} cannot change; restore it, or delete and "
+                              f"recreate the {_owner_kind(desired)}")
+
+
+def _owner_kind(desired: Mapping[str, Any]) -> str:
+    refs = desired["metadata"].get("ownerReferences") or [{}]
+    return refs[0].get("kind") or "service"
 
 
 def _is_int(value: Any) -> bool:

@@ -28,7 +28,7 @@ from gm.workers.children import (
 )
 from gm.workers.config import WorkerConfig
 from gm.workers.errors import InvalidSpec
-from gm.workers.inputs import Secrets, credential, mount_of, ref_name, required
+from gm.workers.inputs import Secrets, credential, mount_of, object_list, ref_name, required
 from gm.workers.storage import MountURL, StoragePlan, WorkerMount, plan_storage
 from gm.workers.template import PodKnobs, env_value, render_template
 from shared.objects import deep_get
@@ -101,7 +101,7 @@ def build_fl_children(
     owner = owner_of(fl, kind=KIND)
     check_dns_label(aggregation_service_name(owner.name), what="Service name")
     spec = fl["spec"]
-    trainers = _training_workers(spec)
+    trainers = object_list(spec, "trainingWorkers", what="worker")
     job = _resolve_job(owner, spec, models=models, secrets=secrets, config=config,
                        participants=len(trainers), node_addresses=node_addresses or {})
     return FLChildren(
@@ -112,16 +112,6 @@ def build_fl_children(
                             for i, w in enumerate(trainers)),
         aggregator_host=job.agg_host,
     )
-
-
-def _training_workers(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    workers = spec.get("trainingWorkers")
-    if not isinstance(workers, list) or not workers:
-        raise InvalidSpec("InvalidSpec", "spec.trainingWorkers needs at least one worker")
-    for i, worker in enumerate(workers):
-        if not isinstance(worker, Mapping):
-            raise InvalidSpec("InvalidSpec", f"spec.trainingWorkers[{i}] is not an object")
-    return workers
 
 
 def _resolve_job(owner: Owner, spec, *, models, secrets, config, participants,

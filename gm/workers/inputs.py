@@ -1,4 +1,5 @@
-"""The Models, Datasets and Secrets a CR names, checked and turned into mount URLs.
+"""The Models, Datasets and Secrets a CR names, checked and turned into mount URLs, and the
+lists of worker objects a spec holds, checked once for every kind.
 
 The reconciler looks these objects up in its caches and passes what it found (None
 for absent); this module decides what absence or a malformed object means, so every
@@ -23,6 +24,18 @@ def ref_name(spec: Mapping[str, Any], *path: str, where: str) -> str:
     if not isinstance(name, str) or not name:
         raise InvalidSpec("InvalidSpec", f"{where}.name is required")
     return name
+
+
+def object_list(spec: Mapping[str, Any], key: str, *, what: str) -> list[Mapping[str, Any]]:
+    """`spec[key]`: a non-empty list of objects (a worker per entry, whose template the
+    caller checks), named `spec.<key>` in the messages."""
+    items = spec.get(key)
+    if not isinstance(items, list) or not items:
+        raise InvalidSpec("InvalidSpec", f"spec.{key} needs at least one {what}")
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise InvalidSpec("InvalidSpec", f"spec.{key}[{i}] is not an object")
+    return items
 
 
 def required(obj: Mapping[str, Any] | None, *, kind: str, name: str,

@@ -150,7 +150,7 @@ def test_reid_replicas_default_to_one_and_the_user_worker_is_one():
     assert deps[USER_DEP]["spec"]["replicas"] == 1
 
 
-def test_reid_rollout_fields_are_honoured_and_the_selector_is_the_workers():
+def test_reid_rollout_fields_are_honoured_and_the_users_selector_is_kept():
     cr = search_service()
     cr["spec"]["reidWorkers"].update(
         replicas=3, minReadySeconds=5, revisionHistoryLimit=2, progressDeadlineSeconds=120,
@@ -160,10 +160,31 @@ def test_reid_rollout_fields_are_honoured_and_the_selector_is_the_workers():
             spec["progressDeadlineSeconds"]) == (3, 5, 2, 120)
     assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0}}
     assert spec["selector"] == {"matchLabels": {
+        "app": "reid", f"{PREFIX}name": NAME, f"{PREFIX}uid": UID,
+        f"{PREFIX}worker-type": "reidworker", "app.sedna.io": f"{NAME}-reidworker-svc"}}
+    # the selector selects the pods: they carry the template's labels and the worker labels
+    assert spec["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
+
+
+def test_reid_selector_expressions_are_kept_and_the_user_worker_selects_by_worker_labels():
+    cr = search_service()
+    cr["spec"]["reidWorkers"]["selector"]["matchExpressions"] = [
+        {"key": "tier", "operator": "DoesNotExist"}, {"key": "app", "operator": "In", "values": ["reid", "r2"]}]
+    deployments = build(cr)["deployments"]
+    assert deployments[REID_DEP]["spec"]["selector"]["matchExpressions"] == [
+        {"key": "tier", "operator": "DoesNotExist"}, {"key": "app", "operator": "In", "values": ["reid", "r2"]}]
+    assert deployments[USER_DEP]["spec"]["selector"] == {"matchLabels": {
+        f"{PREFIX}name": NAME, f"{PREFIX}uid": UID, f"{PREFIX}worker-type": "userworker",
+        "app.sedna.io": f"{NAME}-userworker-svc"}}
+
+
+def test_reid_without_a_selector_selects_by_the_worker_labels():
+    cr = search_service()
+    del cr["spec"]["reidWorkers"]["selector"]
+    selector = build(cr)["deployments"][REID_DEP]["spec"]["selector"]
+    assert selector == {"matchLabels": {
         f"{PREFIX}name": NAME, f"{PREFIX}uid": UID, f"{PREFIX}worker-type": "reidworker",
         "app.sedna.io": f"{NAME}-reidworker-svc"}}
-    # the user's selector still selects the pods: they keep the template's labels
-    assert spec["template"]["metadata"]["labels"]["app"] == "reid"
 
 
 def test_the_cached_cr_is_not_modified():
@@ -239,17 +260,33 @@ BAD_SPECS = [
     pytest.param(_drop("spec", "userWorker", "template"), "InvalidTemplate",
                  "spec.userWorker.template", id="no-user-template"),
     pytest.param(_drop("spec", "reidWorkers"), "InvalidSpec", "spec.reidWorkers", id="no-reid-workers"),
-    pytest.param(_set(("spec", "reidWorkers", "replicas"), -1), "InvalidSpec",
-                 "spec.reidWorkers.replicas", id="negative-replicas"),
-    pytest.param(_set(("spec", "reidWorkers", "replicas"), True), "InvalidSpec",
+    pytest.param(_set(("spec", "reidWorkers"), ["template"]), "InvalidSpec",
+                 "spec.reidWorkers must be a DeploymentSpec object", id="reid-not-object"),
+    pytest.param(_set(("spec", "reidWorkers", "replicas"), -1), "InvalidDeploymentSpec",
+                 "spec.reidWorkers.replicas must be an integer >= 0", id="negative-replicas"),
+    pytest.param(_set(("spec", "reidWorkers", "replicas"), True), "InvalidDeploymentSpec",
                  "spec.reidWorkers.replicas", id="bool-replicas"),
-    pytest.param(_set(("spec", "reidWorkers", "strategy"), "fast"), "InvalidSpec",
-                 "spec.reidWorkers.strategy", id="strategy-not-object"),
+    pytest.param(_set(("spec", "reidWorkers", "strategy"), "fast"), "InvalidDeploymentSpec",
+                 "spec.reidWorkers.strategy must be an object", id="strategy-not-object"),
+    pytest.param(_set(("spec", "reidWorkers", "progressDeadlineSeconds"), 0), "InvalidDeploymentSpec",
+                 "spec.reidWorkers.progressDeadlineSeconds must be an integer >= 1", id="deadline-zero"),
+    pytest.param(_set(("spec", "reidWorkers", "paused"), "yes"), "InvalidDeploymentSpec",
+                 "spec.reidWorkers.paused must be true or false", id="paused-not-bool"),
     pytest.param(_set(("spec", "reidWorkers", "selector"), {"matchLabels": {"app": "other"}}),
-                 "SelectorMismatch", "spec.reidWorkers.selector does not match", id="selector-mismatch"),
+                 "InvalidSelector", "spec.reidWorkers.selector does not select the labels of "
+                 "spec.reidWorkers.template: matchLabels app=other, template has app=reid",
+                 id="selector-mismatch"),
     pytest.param(_set(("spec", "reidWorkers", "selector"), {"matchExpressions": [
-        {"key": "app", "operator": "NotIn", "values": ["reid"]}]}), "SelectorMismatch",
-                 "spec.reidWorkers.selector", id="selector-expression-mismatch"),
+        {"key": "app", "operator": "NotIn", "values": ["reid"]}]}), "InvalidSelector",
+                 "matchExpressions app NotIn (reid), template has app=reid",
+                 id="selector-expression-mismatch"),
+    pytest.param(_set(("spec", "reidWorkers", "selector"), {"matchExpressions": [
+        {"key": "app", "operator": "Gt", "values": ["1"]}]}), "InvalidSelector",
+                 "spec.reidWorkers.selector.matchExpressions[0].operator must be one of",
+                 id="selector-bad-operator"),
+    pytest.param(_set(("spec", "reidWorkers", "selector"), {"matchLabels": ["app"]}), "InvalidSelector",
+                 "spec.reidWorkers.selector.matchLabels must map names to string values",
+                 id="selector-labels-not-map"),
     pytest.param(_set(("metadata", "name"), "p" * 60), "NameTooLong", "app.sedna.io label value",
                  id="name-too-long"),
     pytest.param(_set(("kind",), "ObjectTrackingService"), "InvalidObject", "expected a ObjectSearchService",
@@ -268,17 +305,39 @@ def test_bad_specs_are_spec_errors_with_a_clear_reason(edit, reason, message):
     assert message in caught.value.message
 
 
-@pytest.mark.parametrize(("selector", "labels", "expected"), [
-    ({"matchLabels": {"app": "reid"}}, {"app": "reid", "x": "1"}, True),
-    ({"matchExpressions": [{"key": "app", "operator": "In", "values": ["reid", "r2"]}]}, {"app": "r2"}, True),
-    ({"matchExpressions": [{"key": "app", "operator": "Exists"}]}, {}, False),
-    ({"matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}]}, {"app": "reid"}, True),
-    ({"matchExpressions": [{"key": "app", "operator": "Gt", "values": ["1"]}]}, {"app": "2"}, False),
-    ({"matchLabels": ["app"]}, {"app": "reid"}, False),
-    ({}, {}, True),
-])
-def test_label_selector_matching(selector, labels, expected):
-    assert multiedge.selects(selector, labels) is expected
+def with_deployments(*deployments: dict) -> Dependencies:
+    """Dependencies as the reconciler passes them once the CR's Deployments exist."""
+    return Dependencies(objects={}, secrets={}, children={"deployments": list(deployments)},
+                        config=WorkerConfig())
+
+
+def test_a_reid_selector_edit_after_the_deployment_exists_is_refused():
+    current = build(search_service())["deployments"][REID_DEP]
+    cr = search_service()
+    cr["spec"]["reidWorkers"]["selector"]["matchLabels"]["tier"] = "gpu"
+    cr["spec"]["reidWorkers"]["template"]["metadata"]["labels"]["tier"] = "gpu"
+    assert build(cr)["deployments"][REID_DEP]["spec"]["selector"] != current["spec"]["selector"]
+    with pytest.raises(InvalidSpec) as err:
+        objectsearch.build(cr, with_deployments(current))
+    assert err.value.reason == "SelectorImmutable"
+    assert err.value.message == (
+        f"spec.reidWorkers.selector changed, but the selector of Deployment {REID_DEP} cannot "
+        "change; restore it, or delete and recreate the ObjectSearchService")
+
+
+def test_edits_that_keep_the_reid_selector_or_a_leaving_deployment_are_no_obstacle():
+    children = build(search_service())
+    current = children["deployments"][REID_DEP]
+    cr = search_service()
+    cr["spec"]["reidWorkers"]["replicas"] = 4
+    live = [current, children["deployments"][USER_DEP]]
+    assert objectsearch.build(cr, with_deployments(*live))[DEPLOYMENTS][0]["spec"]["replicas"] == 4
+    cr["spec"]["reidWorkers"]["selector"]["matchLabels"]["tier"] = "gpu"
+    cr["spec"]["reidWorkers"]["template"]["metadata"]["labels"]["tier"] = "gpu"
+    leaving = copy.deepcopy(current)
+    leaving["metadata"]["deletionTimestamp"] = NOW
+    built = objectsearch.build(cr, with_deployments(leaving))[DEPLOYMENTS][0]
+    assert built["spec"]["selector"]["matchLabels"]["tier"] == "gpu"
 
 
 # -- status -----------------------------------------------------------------------------

@@ -7,9 +7,9 @@ import copy
 
 import pytest
 
-from gm.controllers.declare import Observed
+from gm.controllers.declare import Dependencies, Observed
 from gm.kinds import objecttracking
-from gm.workers import InvalidSpec
+from gm.workers import InvalidSpec, WorkerConfig
 from shared.objects import find_condition, spec_hash_of
 from tests.unit.test_crds import crd_schema, server_check, validate
 from tests.unit.test_kind_objectsearch import DEPS, built_by_name, env
@@ -93,8 +93,12 @@ def test_an_unchanged_spec_builds_identical_children_and_an_edit_reaches_one_pod
                  "InvalidTemplate", "spec.trackingWorkers[1].template.spec.containers", id="no-containers"),
     pytest.param(lambda s: s["reidWorkers"].pop("template"), "InvalidTemplate",
                  "spec.reidWorkers.template", id="no-reid-template"),
-    pytest.param(lambda s: s["reidWorkers"].update(paused="yes"), "InvalidSpec",
-                 "spec.reidWorkers.paused", id="paused-not-bool"),
+    pytest.param(lambda s: s["reidWorkers"].update(paused="yes"), "InvalidDeploymentSpec",
+                 "spec.reidWorkers.paused must be true or false", id="paused-not-bool"),
+    pytest.param(lambda s: s["reidWorkers"].update(selector={"matchLabels": {"app": "tracking"}}),
+                 "InvalidSelector", "spec.reidWorkers.selector does not select the labels of "
+                 "spec.reidWorkers.template: matchLabels app=tracking, template has no label app",
+                 id="selector-mismatch"),
 ])
 def test_bad_specs(edit, reason, message):
     cr = tracking_service()
@@ -102,6 +106,23 @@ def test_bad_specs(edit, reason, message):
     with pytest.raises(InvalidSpec) as caught:
         objecttracking.build(cr, DEPS)
     assert (caught.value.reason, message in caught.value.message) == (reason, True)
+
+
+def test_the_reid_selector_is_the_users_plus_the_worker_labels_and_cannot_change():
+    cr = tracking_service()
+    cr["spec"]["reidWorkers"]["selector"] = {"matchLabels": {"app": "tracking"}}
+    cr["spec"]["reidWorkers"]["template"]["metadata"] = {"labels": {"app": "tracking"}}
+    current = build(cr)["deployments"][REID_DEP]
+    assert current["spec"]["selector"] == {"matchLabels": {
+        "app": "tracking", f"{PREFIX}name": NAME, f"{PREFIX}uid": UID,
+        f"{PREFIX}worker-type": "reidworker", "app.sedna.io": f"{NAME}-reidworker-svc"}}
+    cr["spec"]["reidWorkers"]["selector"] = {}
+    live = Dependencies(objects={}, secrets={}, children={"deployments": [current]},
+                        config=WorkerConfig())
+    with pytest.raises(InvalidSpec) as caught:
+        objecttracking.build(cr, live)
+    assert caught.value.reason == "SelectorImmutable"
+    assert caught.value.message.endswith("delete and recreate the ObjectTrackingService")
 
 
 def test_a_user_worker_in_the_spec_is_not_built():

@@ -312,6 +312,8 @@ def with_value(path, value):
 @pytest.mark.parametrize("fl,reason,message", [
     pytest.param(with_value(("spec", "trainingWorkers"), []), "InvalidSpec",
                  "spec.trainingWorkers needs at least one worker", id="no-trainers"),
+    pytest.param(with_value(("spec", "trainingWorkers"), ["edge-node-1"]), "InvalidSpec",
+                 r"spec.trainingWorkers\[0\] is not an object", id="trainer-not-object"),
     pytest.param(drop(("spec", "aggregationWorker")), "InvalidSpec",
                  "spec.aggregationWorker is required", id="no-aggregator"),
     pytest.param(drop(("spec", "trainingWorkers", 1, "template")), "InvalidTemplate",
