@@ -104,17 +104,34 @@ def stamp() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def joint_inference_edge(period: float, rounds: int) -> None:
-    inferences = hard = 0
+def report_counts(owner_kind: str, period: float, step, **extra) -> None:
+    """Cumulative counts every `period`, as the library's stats reports: each one supersedes
+    the one before. `step(counts)` returns the new counts from the last ones."""
+    counts: dict = {}
     while True:
         start = stamp()
         time.sleep(period)
-        n = random.randint(20, 40)
-        inferences, hard = inferences + n, hard + random.randint(1, n // 4)
-        report("jointinferenceservice", kind="inference", results=[],
-               owner_info={"startTime": start, "updateTime": stamp(), "inferenceNumber": inferences,
-                           "hardExampleNumber": hard, "uploadCloudRatio": hard / inferences})
-        print(f"reported {inferences} inferences, {hard} hard examples", flush=True)
+        counts = step(counts)
+        report(owner_kind, kind="inference", owner_info={"startTime": start, "updateTime": stamp(), **counts},
+               **extra)
+        print(f"reported {counts}", flush=True)
+
+
+def _inference_counts(last: dict) -> dict:
+    n = random.randint(20, 40)
+    inferences = last.get("inferenceNumber", 0) + n
+    hard = last.get("hardExampleNumber", 0) + random.randint(1, n // 4)
+    return {"inferenceNumber": inferences, "hardExampleNumber": hard, "uploadCloudRatio": hard / inferences}
+
+
+def _feature_counts(last: dict) -> dict:
+    n = random.randint(20, 40)
+    return {"frameNumber": last.get("frameNumber", 0) + n,
+            "featureNumber": last.get("featureNumber", 0) + random.randint(n // 2, n)}
+
+
+def joint_inference_edge(period: float, rounds: int) -> None:
+    report_counts("jointinferenceservice", period, _inference_counts, results=[])
 
 
 def federated_trainer(period: float, rounds: int) -> None:
@@ -137,17 +154,7 @@ def federated_aggregator(period: float, rounds: int) -> None:
 
 
 def feature_extraction(period: float, rounds: int) -> None:
-    """Cumulative counts, like JI's stats: each report supersedes the one before."""
-    frames = features = 0
-    while True:
-        start = stamp()
-        time.sleep(period)
-        n = random.randint(20, 40)
-        frames, features = frames + n, features + random.randint(n // 2, n)
-        report("featureextractionservice", kind="inference",
-               owner_info={"startTime": start, "updateTime": stamp(), "frameNumber": frames,
-                           "featureNumber": features})
-        print(f"reported {frames} frames, {features} features", flush=True)
+    report_counts("featureextractionservice", period, _feature_counts)
 
 
 def job_worker(owner_kind: str, counters: tuple[str, str]) -> Callable[[float, int], None]:
