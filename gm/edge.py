@@ -135,6 +135,7 @@ class _Entry:
     nodes: frozenset[str]  # where the object belongs now (what is_assigned answers)
     payload: dict[str, Any] | None = None  # None until the first version is ready
     source_rv: str | None = None  # resourceVersion `payload` was built from
+    credential: str | None = None  # the credential annotation `payload` carries
     sent_to: frozenset[str] = frozenset()
 
 
@@ -169,9 +170,8 @@ class EdgeObjects:
             api.kind: informers.informer(sedna_gvr(api)) for api in kinds}
         self._pods = (informers.informer(PODS, label_selector=MANAGED_SELECTOR),
                       informers.informer(PODS, label_selector=DEPLOYED_POD_SELECTOR))
-        # the label naming a pod's owner, for each followed kind that has workers
-        self._owner_labels = {f"{label_prefix(api.kind)}name": api.kind for api in kinds
-                              if api.kind not in (DATASET, MODEL)}
+        # the label naming a pod's owner, for each followed kind whose placement reads pods
+        self._owner_labels = {f"{label_prefix(api.kind)}name": api for api in kinds if api.worker_types}
         self._view = _CacheView(self)
         self._unknown: set[str] = set()  # kinds already logged as not placeable
         self._notify: Notify | None = None
@@ -237,9 +237,11 @@ class EdgeObjects:
         """A worker came, went or moved: its owner's nodes may change."""
         labels = deep_get(pod, "metadata", "labels")
         for label, name in (labels.items() if isinstance(labels, Mapping) else ()):
-            kind = self._owner_labels.get(label)
-            if kind is not None and isinstance(name, str) and name:
-                self.refresh((kind, meta_str(pod, "namespace"), name))
+            api = self._owner_labels.get(label)
+            if api is None or not isinstance(name, str) or not name:
+                continue
+            if labels.get(f"{label_prefix(api.kind)}worker-type") in api.worker_types:
+                self.refresh((api.kind, meta_str(pod, "namespace"), name))
 
     def refresh(self, key: ObjKey) -> None:
         """Recompute one object's nodes from the caches and push what changed."""
@@ -302,8 +304,12 @@ class EdgeObjects:
         if entry is None:
             entry = self._entries[key] = _Entry(nodes)
         entry.nodes = nodes
-        payload = downstream_copy(key[0], obj, credential=self._credential(key, obj))
-        self._publish(key, payload, meta_str(obj, "resourceVersion"))
+        credential, rv = self._credential(key, obj), meta_str(obj, "resourceVersion")
+        if entry.payload is not None and rv and entry.source_rv == rv and entry.credential == credential:
+            self._publish(key, entry.payload, rv)  # same version: only nodes that lack it
+            return
+        entry.credential = credential
+        self._publish(key, downstream_copy(key[0], obj, credential=credential), rv)
 
     def _credential(self, key: ObjKey, obj: Obj) -> str | None:
         """The credential annotation for the object's Secret (from the cache), or None: no

@@ -100,6 +100,9 @@ class SednaKind:
     condition_types: tuple[str, ...] = ()
     # Upstream's GM syncs objects of this kind to LCs over the websocket.
     synced_to_edge: bool = False
+    # The worker types whose live pods the placement rule reads (a pod of another type
+    # cannot move the object).
+    worker_types: tuple[str, ...] = ()
 
     @property
     def singular(self) -> str:
@@ -225,8 +228,9 @@ def _declare(kind: str, plural: str, short_names: tuple[str, ...], *,
     if placement is None:
         placement = (by_stages(kind, stages) if stages else
                      pinned_and_worker_nodes(kind, node_paths, tuple(t for _, t in workers)))
+    worker_types = tuple(t for _, t in workers) + tuple(s.worker_type for s in stages)
     return SednaKind(kind=kind, plural=plural, short_names=short_names, placement=placement,
-                     node_paths=node_paths, stages=stages, **facts)
+                     node_paths=node_paths, stages=stages, worker_types=worker_types, **facts)
 
 
 _LEARNING_STAGES = (

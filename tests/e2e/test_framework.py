@@ -33,7 +33,7 @@ NS = "default"
 KIND = "Widget"
 WIDGETS = GVR(apis.GROUP, apis.VERSION, "widgets")
 WIDGET = apis.SednaKind(
-    kind=KIND, plural="widgets", short_names=("wd",),
+    kind=KIND, plural="widgets", short_names=("wd",), worker_types=("worker",),
     placement=apis.pinned_and_worker_nodes(KIND, (("spec", "nodeName"),), ("worker",)))
 
 
