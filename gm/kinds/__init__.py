@@ -13,7 +13,9 @@ from gm.controllers.declare import KindDeclaration, ReportRule
 from gm.kinds import (
     featureextraction,
     federatedlearning,
+    incrementallearning,
     jointinference,
+    lifelonglearning,
     objectsearch,
     objecttracking,
     reid,
@@ -29,6 +31,8 @@ DECLARATIONS: tuple[KindDeclaration, ...] = (
     featureextraction.DECLARATION,
     reid.DECLARATION,
     videoanalytics.DECLARATION,
+    incrementallearning.DECLARATION,
+    lifelonglearning.DECLARATION,
 )
 
 

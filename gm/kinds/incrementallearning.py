@@ -1,0 +1,114 @@
+"""IncrementalLearningJob: the stage machine of gm/kinds/learning.py driving train, eval and
+inference pods (builders in gm/workers/learning.py).
+
+- The inference pod `<job>-infer` exists from the start (upstream creates it at the first
+  sync) and is recreated on every deploy without hot update (Deploy/Ready), so it loads the
+  model the LC copied to the deploy Model's URL. With `deploySpec.model.hotUpdateEnabled` it
+  is left running: Deploy/Ready -> Starting -> Running once the pod runs; the LC writes the
+  new model config and the worker's `deploy` report completes the stage.
+- The train pod `<job>-train-<cycle>` and the eval pod `<job>-eval-<cycle>` exist while their
+  stage is Starting or Running; they are built from the Ready report's input and recreated
+  if deleted or if their template is edited meanwhile.
+- The job needs its Dataset, its initial Model, its deploy Model and, when named, its
+  initial eval Model (all sent to the edge with it): a missing one is the Failed condition.
+- The node annotations `sedna.io/Train|Eval|Deploy` are not written: upstream's GM reads
+  them to route the job, our GM places it from the stages and the live pods
+  (shared/apis.py), and the LC does not read them. Nor is `sedna.io/model-hot-update-config`
+  (the framework does not write CR metadata): the config path is the worker's env.
+"""
+
+from __future__ import annotations
+
+from gm.controllers.common import DATASETS, MODELS
+from gm.controllers.declare import (
+    Children,
+    Dependencies,
+    KindDeclaration,
+    Observed,
+    Owns,
+    uses_datasets,
+    uses_models,
+)
+from gm.kinds import learning
+from gm.kube.resources import PODS
+from gm.workers.children import owner_of
+from gm.workers.errors import SpecError
+from gm.workers.inputs import ref_name, required
+from gm.workers.learning import (
+    ILModels,
+    LearningJob,
+    il_eval_pod,
+    il_infer_pod,
+    il_train_pod,
+    stage_input,
+)
+from gm.workers.template import checked_template
+from shared import apis
+from shared.objects import deep_get
+
+API = apis.INCREMENTAL_LEARNING
+KIND = API.kind
+NEEDS = {learning.TRAIN: ("models", "dataURL", "outputDir"), learning.EVAL: ("models", "dataURL")}
+TEMPLATES = (("trainSpec", "template"), ("evalSpec", "template"), ("deploySpec", "template"))
+
+
+def hot(cr: dict) -> bool:
+    return deep_get(cr, "spec", "deploySpec", "model", "hotUpdateEnabled") is True
+
+
+def check_input(stage: str, data: str) -> str | None:
+    try:
+        stage_input(data, needs=NEEDS[stage])
+    except SpecError as exc:
+        return exc.message
+    return None
+
+
+def resolve(cr: dict, deps: Dependencies) -> tuple[LearningJob, ILModels]:
+    """The job's Dataset and Models (MissingDependency when absent), its templates checked."""
+    owner = owner_of(cr, kind=KIND)
+    spec = cr["spec"]
+    ns = owner.namespace
+
+    def model(*path: str) -> dict:
+        name = ref_name(spec, *path, where="spec." + ".".join(path))
+        return dict(required(deps.get(MODELS, name), kind="Model", name=name, namespace=ns))
+
+    ds_name = ref_name(spec, "dataset", where="spec.dataset")
+    dataset = required(deps.get(DATASETS, ds_name), kind="Dataset", name=ds_name, namespace=ns)
+    models = ILModels(initial=model("initialModel"), deploy=model("deploySpec", "model"))
+    if deep_get(spec, "evalSpec", "initialEvalModel") is not None:
+        model("evalSpec", "initialEvalModel")
+    for path in TEMPLATES:
+        checked_template(deep_get(spec, *path), where="spec." + ".".join(path))
+    job = LearningJob(owner=owner, spec=spec, dataset=dataset, secrets=deps.secrets, config=deps.config)
+    job.job_secret  # noqa: B018 - a named credential must exist before any pod is built
+    return job, models
+
+
+def build(cr: dict, deps: Dependencies) -> Children:
+    job, models = resolve(cr, deps)
+    pos = learning.advanced(cr, deps.observed(PODS), kind=KIND, hot=hot(cr), check=check_input)
+    name = job.owner.name
+    pods = [il_infer_pod(job, models, name=learning.infer_pod_name(name), deploys=pos.deploys)]
+    if pos.running_stage_pod:
+        given = stage_input(pos.data, needs=NEEDS[pos.stage])
+        builder = il_train_pod if pos.stage == learning.TRAIN else il_eval_pod
+        pods.append(builder(job, models, name=learning.stage_pod_name(name, pos.stage, pos.cycle), given=given))
+    return {PODS: pods}
+
+
+def status(cr: dict, observed: Observed) -> dict:
+    return learning.learning_status(cr, observed, kind=KIND, hot=hot(cr), check=check_input)
+
+
+DECLARATION = KindDeclaration(
+    api=API,
+    owns=(Owns(PODS, on_edit="recreate"),),
+    watches=(uses_models(API), uses_datasets(API)),
+    build=build,
+    status=status,
+    controller="incrementallearningjob",
+    component="IncrementalLearningJob-controller",
+    report=learning.stage_report_rule(),
+)
