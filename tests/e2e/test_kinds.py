@@ -63,7 +63,10 @@ async def create(api, case: KindCase, *, spec_change=None) -> dict:
     manifest = copy.deepcopy(case.manifest)
     if spec_change is not None:
         spec_change(manifest["spec"])
-    return await api.create(cr_gvr(case), manifest, namespace=NS)
+    created = await api.create(cr_gvr(case), manifest, namespace=NS)
+    if case.started is not None and spec_change is None:
+        await case.started(api, created)
+    return created
 
 
 async def edit(api, case: KindCase, change) -> None:

@@ -196,7 +196,9 @@ def message(kind, body):
 async def test_handler_refuses_unknown_kinds_and_invalid_bodies_before_any_write():
     # No API behind the writer: these reports must be decided without one.
     handler = UpstreamStatus(StatusWriter(client=None))  # type: ignore[arg-type]
-    with pytest.raises(ReportRefused, match="no status reports for kind 'IncrementalLearningJob'"):
+    with pytest.raises(ReportRefused, match="no status reports for kind 'Model'"):
+        await handler.handle_status("n1", message("Model", {"phase": "Train"}))
+    with pytest.raises(ReportInvalid, match="status must be one of ready, completed, failed, waiting"):
         await handler.handle_status("n1", message("IncrementalLearningJob", {"phase": "Train"}))
     with pytest.raises(ReportInvalid, match="numberOfSamples must be an integer"):
         await handler.handle_status("n1", message("Dataset", {"numberOfSamples": [1]}))

@@ -9,7 +9,7 @@ self-heal, status with observedGeneration, printer columns, bad specs as conditi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,9 @@ class KindCase:
     columns: tuple[str, ...] = ("NAME", "AGE")
     # the condition type a bad spec sets True
     failed_type: str = "Failed"
+    # what the edge does once the CR exists, for a kind whose children wait on it (a learning
+    # job's stage report): called with the API client and the created CR
+    started: Callable[[Any, dict[str, Any]], Awaitable[None]] | None = None
     notes: tuple[str, ...] = field(default=())
 
 
