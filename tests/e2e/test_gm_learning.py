@@ -207,3 +207,12 @@ async def test_a_hot_update_deploy_keeps_the_inference_pod_and_waits_for_its_rep
     status = await eventually(lambda: at(api, IL, JOB, "Train", "Waiting"), within=WAIT, message="Train/Waiting")
     assert status["deploys"] == 0
     assert (await read(api, PODS, infer))["metadata"]["uid"] == pod["metadata"]["uid"]
+
+
+async def test_the_job_and_its_models_go_to_the_dataset_node(gm, api, sedna_cluster):
+    await apply_example(api, "incremental-learning-helmet-detection.yaml")
+    await eventually(lambda: gm.edge.nodes_of("IncrementalLearningJob", NS, JOB) == {NODE}, within=WAIT,
+                     message="the job placed on the dataset's node")
+    for model in ("initial-model", "deploy-model"):
+        await eventually(lambda m=model: gm.edge.nodes_of("Model", NS, m) == {NODE}, within=WAIT,
+                         message=f"Model {model} sent with the job")
