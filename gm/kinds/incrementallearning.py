@@ -40,6 +40,7 @@ from gm.workers.learning import (
     il_eval_pod,
     il_infer_pod,
     il_train_pod,
+    learning_job,
     stage_input,
 )
 from gm.workers.template import checked_template
@@ -81,9 +82,7 @@ def resolve(cr: dict, deps: Dependencies) -> tuple[LearningJob, ILModels]:
         model("evalSpec", "initialEvalModel")
     for path in TEMPLATES:
         checked_template(deep_get(spec, *path), where="spec." + ".".join(path))
-    job = LearningJob(owner=owner, spec=spec, dataset=dataset, secrets=deps.secrets, config=deps.config)
-    job.job_secret  # noqa: B018 - a named credential must exist before any pod is built
-    return job, models
+    return learning_job(owner, spec, dataset, secrets=deps.secrets, config=deps.config), models
 
 
 def build(cr: dict, deps: Dependencies) -> Children:

@@ -180,17 +180,21 @@ def with_position(status: Mapping[str, Any], pos: Position, *, now: str) -> dict
 
 def set_current(conditions: list[Mapping[str, Any]], pos: Position, *, now: str) -> list[dict[str, Any]]:
     """One entry per key (`condition_key`), `pos` the True one and the last; the others False.
-    An unchanged current entry is kept as it is, so an unchanged state writes nothing."""
+    An unchanged current entry is kept as it is, so an unchanged state writes nothing. A list
+    written by upstream's GM (appended, repeated types) shrinks to the newest entry per key."""
     new = {"type": pos.type, "status": "True", "stage": pos.stage, "reason": pos.reason,
            "message": pos.message, "data": pos.data}
     key = condition_key(new)
-    old = next((c for c in conditions if condition_key(c) == key), None)
+    newest: dict[str, Mapping[str, Any]] = {}
+    for cond in conditions:
+        newest.pop(condition_key(cond), None)
+        newest[condition_key(cond)] = cond
+    old = newest.pop(key, None)
     if old is not None and all(old.get(k) == v for k, v in new.items()):
         current = dict(old)
     else:
         current = {**new, "lastHeartbeatTime": now, "lastTransitionTime": now}
-    others = [_false(c, now) for c in conditions if condition_key(c) != key]
-    return [*others, current]
+    return [*(_false(c, now) for c in newest.values()), current]
 
 
 def _false(cond: Mapping[str, Any], now: str) -> dict[str, Any]:

@@ -32,7 +32,14 @@ from gm.kube.resources import PODS
 from gm.workers.children import owner_of
 from gm.workers.errors import SpecError
 from gm.workers.inputs import ref_name, required
-from gm.workers.learning import LearningJob, ll_eval_pod, ll_infer_pod, ll_train_pod, stage_input
+from gm.workers.learning import (
+    LearningJob,
+    learning_job,
+    ll_eval_pod,
+    ll_infer_pod,
+    ll_train_pod,
+    stage_input,
+)
 from gm.workers.template import checked_template
 from shared import apis
 from shared.objects import deep_get
@@ -58,10 +65,8 @@ def resolve(cr: dict, deps: Dependencies) -> LearningJob:
     dataset = required(deps.get(DATASETS, ds_name), kind="Dataset", name=ds_name, namespace=owner.namespace)
     for path in TEMPLATES:
         checked_template(deep_get(spec, *path), where="spec." + ".".join(path))
-    job = LearningJob(owner=owner, spec=spec, dataset=dataset, secrets=deps.secrets, config=deps.config,
-                      dns_policy="ClusterFirstWithHostNet")
-    job.job_secret  # noqa: B018 - a named credential must exist before any pod is built
-    return job
+    return learning_job(owner, spec, dataset, secrets=deps.secrets, config=deps.config,
+                        dns_policy="ClusterFirstWithHostNet")
 
 
 def kb_index(status: Mapping[str, Any] | None) -> str | None:

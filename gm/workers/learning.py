@@ -83,29 +83,33 @@ def _text(given: Mapping[str, Any], key: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class LearningJob:
-    """What every pod of one job shares, resolved once."""
+    """What every pod of one job shares, resolved once (`learning_job`)."""
 
     owner: Owner
     spec: Mapping[str, Any]
     dataset: Mapping[str, Any]
     secrets: Secrets | None
     config: WorkerConfig
+    job_secret: Mapping | None  # spec.credentialName: outputs and stage artifacts
+    dataset_secret: Mapping | None  # the Dataset's credentialName
     dns_policy: str | None = None  # LL: ClusterFirstWithHostNet
-
-    @property
-    def job_secret(self) -> Mapping | None:
-        return credential(self.spec.get("credentialName"), secrets=self.secrets, namespace=self.owner.namespace)
-
-    @property
-    def dataset_secret(self) -> Mapping | None:
-        return credential(deep_get(self.dataset, "spec", "credentialName"), secrets=self.secrets,
-                          namespace=self.owner.namespace)
 
     def original_dataset(self, given: StageInput) -> MountURL:
         """The dataset (or the reported index of it), marked indirect when it is the index."""
         url = source_url(self.dataset, kind="Dataset")
         chosen = given.data_index_url or url
         return MountURL(url=chosen, download=True, indirect=chosen != url, secret=self.dataset_secret)
+
+
+def learning_job(owner: Owner, spec: Mapping[str, Any], dataset: Mapping[str, Any], *, secrets: Secrets | None,
+                 config: WorkerConfig, dns_policy: str | None = None) -> LearningJob:
+    """The job's shared inputs; a named Secret that does not exist is MissingDependency."""
+    ns = owner.namespace
+    return LearningJob(
+        owner=owner, spec=spec, dataset=dataset, secrets=secrets, config=config,
+        job_secret=credential(spec.get("credentialName"), secrets=secrets, namespace=ns),
+        dataset_secret=credential(deep_get(dataset, "spec", "credentialName"), secrets=secrets, namespace=ns),
+        dns_policy=dns_policy)
 
 
 def _pod(job: LearningJob, *, name: str, worker_type: str, template_path: tuple[str, ...],

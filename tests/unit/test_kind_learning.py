@@ -222,3 +222,19 @@ def test_completed_data_is_kept_per_stage_after_the_stage_moves_on():
     status = with_position(status, Position(stage=EVAL, type=WAITING), now=LATER)
     assert learning.completed_data(status, TRAIN)["output"]["models"][0]["url"] == "/t.pb"
     assert learning.has_completed(status, TRAIN) and not learning.has_completed(status, EVAL)
+
+
+def test_an_upstream_appended_list_shrinks_to_the_newest_entry_per_key():
+    appended = []
+    for i, (stage, type_) in enumerate([(TRAIN, WAITING), (TRAIN, READY), (TRAIN, STARTING), (TRAIN, RUNNING),
+                                        (TRAIN, COMPLETED), (EVAL, WAITING), (EVAL, READY), (EVAL, COMPLETED),
+                                        (DEPLOY, WAITING), (DEPLOY, COMPLETED), (TRAIN, WAITING)]):
+        appended.append({"type": type_, "status": "True", "stage": stage, "data": f"d{i}"})
+    pos = position({"conditions": appended})
+    assert (pos.stage, pos.type, pos.data) == (TRAIN, WAITING, "d10")
+    conditions = with_position({"conditions": appended}, pos, now=NOW)["conditions"]
+    keys = [learning.condition_key(c) for c in conditions]
+    assert len(keys) == len(set(keys)) == 7 and keys[-1] == WAITING
+    assert [c["status"] for c in conditions].count("True") == 1
+    assert learning.completed_data({"conditions": conditions}, TRAIN) == {}  # "d4" is no JSON
+    assert next(c for c in conditions if learning.condition_key(c) == "Completed/Eval")["data"] == "d7"
