@@ -310,7 +310,7 @@ def _section(part: Mapping[str, Any], keys: tuple[str, ...], *, where: str) -> d
         elif key == "ownerInfo":
             if not isinstance(value, Mapping):
                 raise ReportInvalid(f"{where}.ownerInfo must be an object")
-            out[key] = dict(value)
+            out[key] = _sorted(value)
         else:
             if not isinstance(value, str):
                 raise ReportInvalid(f"{where}.{key} must be a string")
@@ -331,7 +331,7 @@ def _model(model: Any, *, where: str) -> dict[str, Any]:
     for key in ("device_soc_versions", "metrics", "history_metric", "current_metric"):
         value = field(model, key)
         if value not in (None, "", [], {}, 0):
-            out[key] = value
+            out[key] = _sorted(value)
     classes = field(model, "classes")
     if classes is not None and not (isinstance(classes, list) and all(isinstance(c, str) for c in classes)):
         raise ReportInvalid(f"{where}.classes must be a list of strings")
@@ -344,6 +344,15 @@ def _model(model: Any, *, where: str) -> dict[str, Any]:
             raise ReportInvalid(f"{where}.{key} must be a non-negative integer")
         out[key] = value
     return out
+
+
+def _sorted(value: Any) -> Any:
+    """Maps with sorted keys, as Go writes a map (upstream's struct fields keep their order)."""
+    if isinstance(value, Mapping):
+        return {str(k): _sorted(value[k]) for k in sorted(value, key=str)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
 
 
 def reported(status: Mapping[str, Any], report: StageReport, *, now: str) -> dict[str, Any]:

@@ -238,3 +238,17 @@ def test_an_upstream_appended_list_shrinks_to_the_newest_entry_per_key():
     assert [c["status"] for c in conditions].count("True") == 1
     assert learning.completed_data({"conditions": conditions}, TRAIN) == {}  # "d4" is no JSON
     assert next(c for c in conditions if learning.condition_key(c) == "Completed/Eval")["data"] == "d7"
+
+
+def test_models_are_re_emitted_in_upstream_field_order_with_maps_sorted():
+    model = {"number_of_unseen_sample": 4, "classes": ["a<b"], "current_metric": {"t2": {"z": 1, "a": 2}, "t1": {}},
+             "history_metric": 0.5, "metrics": {"recall": [0.1], "precision": [0.2]},
+             "device_soc_versions": ["x"], "url": "/m.pb", "format": "pb", "number_of_labeled_unseen_sample": 3}
+    report = parse_stage_report({"phase": "eval", "status": "completed",
+                                 "output": {"ownerInfo": {"b": 1, "a": 2}, "models": [model]}})
+    assert report.data == (
+        '{"output":{"models":[{"format":"pb","url":"/m.pb","device_soc_versions":["x"],'
+        '"metrics":{"precision":[0.2],"recall":[0.1]},"history_metric":0.5,'
+        '"current_metric":{"t1":{},"t2":{"a":2,"z":1}},"classes":["a\\u003cb"],'
+        '"number_of_labeled_unseen_sample":3,"number_of_unseen_sample":4}],"ownerInfo":{"a":2,"b":1}}}')
+    assert json.loads(report.data)["output"]["models"][0]["classes"] == ["a<b"]
