@@ -232,3 +232,34 @@ def test_the_declaration():
     assert decl.kind == "IncrementalLearningJob" and decl.report is not None
     assert [o.on_edit for o in decl.owns] == ["recreate"] and decl.owns[0].gvr == PODS
     assert {w.gvr.plural for w in decl.watches} == {"models", "datasets"}
+
+
+def secret(name: str, endpoint: str) -> dict:
+    return {"metadata": {"name": name, "annotations": {"s3-endpoint": endpoint}},
+            "stringData": {"ACCESS_KEY_ID": f"{name}-id", "SECRET_ACCESS_KEY": f"{name}-key"}}
+
+
+def s3_job(status: dict) -> tuple[dict, Dependencies]:
+    cr = job(**status)
+    cr["spec"]["credentialName"] = "job-secret"
+    models = {d["metadata"]["name"]: copy.deepcopy(d) for d in DOCS if d["kind"] == "Model"}
+    models["initial-model"]["spec"].update(url="s3://models/base/model.ckpt", credentialName="model-secret")
+    base = deps(models=models)
+    found = Dependencies(objects=base.objects, children=base.children, config=base.config, now=NOW,
+                         secrets={"job-secret": secret("job-secret", "job.s3"),
+                                  "model-secret": secret("model-secret", "model.s3")})
+    return cr, found
+
+
+@pytest.mark.parametrize(("base_url", "endpoint"), [
+    ("s3://models/base/model.ckpt", "https://model.s3"),     # the initial Model: its own Secret
+    ("s3://output/train/1/model.ckpt", "https://job.s3"),    # a trained model: the job's Secret
+])
+def test_the_base_model_is_fetched_with_the_secret_of_where_it_lives(base_url, endpoint):
+    data = json.dumps({"input": {"models": [{"format": "ckpt", "url": base_url}],
+                                 "dataURL": "/output/data/train/2/data.txt", "outputDir": "/output/train/2"}})
+    cr, found = s3_job(with_position({}, Position(stage="Train", type="Ready", data=data, cycle=1), now=NOW))
+    pod = {p["metadata"]["name"]: p for p in il.build(cr, found)[PODS]}["helmet-detection-demo-train-2"]
+    [init] = [c for c in pod["spec"]["initContainers"] if c["name"] == "storage-initializer"]
+    assert init["args"][0] == base_url
+    assert {e["name"]: e["value"] for e in init["env"]}["S3_ENDPOINT_URL"] == endpoint
