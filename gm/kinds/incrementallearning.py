@@ -31,8 +31,6 @@ from gm.controllers.declare import (
 )
 from gm.kinds import learning
 from gm.kube.resources import PODS
-from gm.workers.children import owner_of
-from gm.workers.errors import SpecError
 from gm.workers.inputs import ref_name, required
 from gm.workers.learning import (
     ILModels,
@@ -40,49 +38,36 @@ from gm.workers.learning import (
     il_eval_pod,
     il_infer_pod,
     il_train_pod,
+    input_check,
     learning_job,
     stage_input,
 )
-from gm.workers.template import checked_template
 from shared import apis
 from shared.objects import deep_get
 
 API = apis.INCREMENTAL_LEARNING
 KIND = API.kind
 NEEDS = {learning.TRAIN: ("models", "dataURL", "outputDir"), learning.EVAL: ("models", "dataURL")}
-TEMPLATES = (("trainSpec", "template"), ("evalSpec", "template"), ("deploySpec", "template"))
+check_input = input_check(NEEDS)
 
 
 def hot(cr: dict) -> bool:
     return deep_get(cr, "spec", "deploySpec", "model", "hotUpdateEnabled") is True
 
 
-def check_input(stage: str, data: str) -> str | None:
-    try:
-        stage_input(data, needs=NEEDS[stage])
-    except SpecError as exc:
-        return exc.message
-    return None
-
-
 def resolve(cr: dict, deps: Dependencies) -> tuple[LearningJob, ILModels]:
     """The job's Dataset and Models (MissingDependency when absent), its templates checked."""
-    owner = owner_of(cr, kind=KIND)
-    spec = cr["spec"]
-    ns = owner.namespace
+    job = learning_job(cr, kind=KIND, datasets=deps.all(DATASETS), secrets=deps.secrets, config=deps.config)
+    spec, ns = job.spec, job.owner.namespace
 
     def model(*path: str) -> dict:
         name = ref_name(spec, *path, where="spec." + ".".join(path))
         return dict(required(deps.get(MODELS, name), kind="Model", name=name, namespace=ns))
 
-    ds_name = ref_name(spec, "dataset", where="spec.dataset")
-    dataset = required(deps.get(DATASETS, ds_name), kind="Dataset", name=ds_name, namespace=ns)
     models = ILModels(initial=model("initialModel"), deploy=model("deploySpec", "model"))
     if deep_get(spec, "evalSpec", "initialEvalModel") is not None:
         model("evalSpec", "initialEvalModel")
-    for path in TEMPLATES:
-        checked_template(deep_get(spec, *path), where="spec." + ".".join(path))
-    return learning_job(owner, spec, dataset, secrets=deps.secrets, config=deps.config), models
+    return job, models
 
 
 def build(cr: dict, deps: Dependencies) -> Children:

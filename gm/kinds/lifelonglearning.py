@@ -29,43 +29,26 @@ from gm.controllers.declare import (
 )
 from gm.kinds import learning
 from gm.kube.resources import PODS
-from gm.workers.children import owner_of
-from gm.workers.errors import SpecError
-from gm.workers.inputs import ref_name, required
 from gm.workers.learning import (
     LearningJob,
+    input_check,
     learning_job,
     ll_eval_pod,
     ll_infer_pod,
     ll_train_pod,
     stage_input,
 )
-from gm.workers.template import checked_template
 from shared import apis
 from shared.objects import deep_get
 
 API = apis.LIFELONG_LEARNING
 KIND = API.kind
 NEEDS = {learning.TRAIN: ("dataURL", "outputDir"), learning.EVAL: ("models", "dataURL")}
-TEMPLATES = (("trainSpec", "template"), ("evalSpec", "template"), ("deploySpec", "template"))
-
-
-def check_input(stage: str, data: str) -> str | None:
-    try:
-        stage_input(data, needs=NEEDS[stage])
-    except SpecError as exc:
-        return exc.message
-    return None
+check_input = input_check(NEEDS)
 
 
 def resolve(cr: dict, deps: Dependencies) -> LearningJob:
-    owner = owner_of(cr, kind=KIND)
-    spec = cr["spec"]
-    ds_name = ref_name(spec, "dataset", where="spec.dataset")
-    dataset = required(deps.get(DATASETS, ds_name), kind="Dataset", name=ds_name, namespace=owner.namespace)
-    for path in TEMPLATES:
-        checked_template(deep_get(spec, *path), where="spec." + ".".join(path))
-    return learning_job(owner, spec, dataset, secrets=deps.secrets, config=deps.config,
+    return learning_job(cr, kind=KIND, datasets=deps.all(DATASETS), secrets=deps.secrets, config=deps.config,
                         dns_policy="ClusterFirstWithHostNet")
 
 

@@ -18,17 +18,17 @@ from __future__ import annotations
 
 import json
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gm.workers.children import Owner, build_pod
+from gm.workers.children import Owner, build_pod, owner_of
 from gm.workers.config import WorkerConfig
 from gm.workers.errors import InvalidSpec
-from gm.workers.inputs import Secrets, credential, mount_of, source_url
+from gm.workers.inputs import Secrets, credential, mount_of, ref_name, required, source_url
 from gm.workers.jointinference import hem_parameters
 from gm.workers.storage import MountURL, WorkerMount, plan_storage
-from gm.workers.template import PodKnobs, env_field, env_value, render_template
+from gm.workers.template import PodKnobs, checked_template, env_field, env_value, render_template
 from shared.objects import deep_get
 
 DEPLOYS_ANNOTATION = "sedna.io/deploys"
@@ -101,15 +101,36 @@ class LearningJob:
         return MountURL(url=chosen, download=True, indirect=chosen != url, secret=self.dataset_secret)
 
 
-def learning_job(owner: Owner, spec: Mapping[str, Any], dataset: Mapping[str, Any], *, secrets: Secrets | None,
-                 config: WorkerConfig, dns_policy: str | None = None) -> LearningJob:
-    """The job's shared inputs; a named Secret that does not exist is MissingDependency."""
+TEMPLATES = (("trainSpec", "template"), ("evalSpec", "template"), ("deploySpec", "template"))
+
+
+def learning_job(cr: Mapping[str, Any], *, kind: str, datasets: Mapping[str, Mapping[str, Any]],
+                 secrets: Secrets | None, config: WorkerConfig, dns_policy: str | None = None) -> LearningJob:
+    """The job's shared inputs: its Dataset and named Secrets (MissingDependency when absent),
+    its three templates checked, so a bad spec is found before any stage needs it."""
+    owner = owner_of(cr, kind=kind)
+    spec = cr["spec"]
     ns = owner.namespace
+    ds_name = ref_name(spec, "dataset", where="spec.dataset")
+    dataset = required(datasets.get(ds_name), kind="Dataset", name=ds_name, namespace=ns)
+    for path in TEMPLATES:
+        checked_template(deep_get(spec, *path), where="spec." + ".".join(path))
     return LearningJob(
         owner=owner, spec=spec, dataset=dataset, secrets=secrets, config=config,
         job_secret=credential(spec.get("credentialName"), secrets=secrets, namespace=ns),
         dataset_secret=credential(deep_get(dataset, "spec", "credentialName"), secrets=secrets, namespace=ns),
         dns_policy=dns_policy)
+
+
+def input_check(needs: Mapping[str, tuple[str, ...]]) -> Callable[[str, str], str | None]:
+    """Why a stage's Ready data cannot make its pod (None when it can), for the stage machine."""
+    def check(stage: str, data: str) -> str | None:
+        try:
+            stage_input(data, needs=needs[stage])
+        except InvalidSpec as exc:
+            return exc.message
+        return None
+    return check
 
 
 def _pod(job: LearningJob, *, name: str, worker_type: str, template_path: tuple[str, ...],
