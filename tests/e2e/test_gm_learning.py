@@ -22,6 +22,7 @@ from shared import apis
 from tests.conftest import eventually
 from tests.e2e.conftest import load_example
 from tests.e2e.kindcases import env_of
+from tests.e2e.test_gm_edge import connect  # noqa: F401 - the fixture: native LCs on the hub
 
 NS = "default"
 NODE = "edge-node-1"
@@ -216,3 +217,19 @@ async def test_the_job_and_its_models_go_to_the_dataset_node(gm, api, sedna_clus
     for model in ("initial-model", "deploy-model"):
         await eventually(lambda m=model: gm.edge.nodes_of("Model", NS, m) == {NODE}, within=WAIT,
                          message=f"Model {model} sent with the job")
+
+
+async def test_the_dataset_node_gets_the_job_and_its_ready_report_starts_the_train_pod(gm, api, connect):  # noqa: F811
+    await apply_example(api, "incremental-learning-helmet-detection.yaml")
+    await eventually(lambda: gm.edge.nodes_of("IncrementalLearningJob", NS, JOB) == {NODE}, within=WAIT,
+                     message="the job placed on the dataset's node")
+    lc = await connect.native(NODE)
+    assert {("IncrementalLearningJob", NS, JOB), ("Model", NS, "initial-model"), ("Model", NS, "deploy-model"),
+            ("Dataset", NS, "incremental-dataset")} <= set(lc.snapshot)
+    other = await connect.native("edge-node-2")
+    refused = await other.report(1, "IncrementalLearningJob", JOB, {"phase": "train", "status": "ready"})
+    assert refused.body == {"error": f"IncrementalLearningJob {NS}/{JOB} is not assigned to node edge-node-2"}
+    ack = await lc.report(1, "IncrementalLearningJob", JOB, {"phase": "train", "status": "ready",
+                                                             "input": TRAIN_INPUT, "output": None})
+    assert ack.body is None
+    await eventually(lambda: running(api, f"{JOB}-train-1"), within=WAIT, message="the train pod")
