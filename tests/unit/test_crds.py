@@ -13,6 +13,7 @@ template forms the chart allows (see `render`); anything else fails the test.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from datetime import datetime
 from pathlib import Path
@@ -22,6 +23,8 @@ import yaml
 
 from devcluster import schema as server_schema
 from gm.config import parse_config
+from gm.controllers.declare import KindDeclaration
+from gm.kinds import DECLARATIONS
 from gm.reportorder import FIELD
 from lc.config import load as load_lc_config
 from shared import apis
@@ -666,6 +669,16 @@ def test_cluster_role_covers_what_the_gm_does():
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                   "name": role["metadata"]["name"]}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "sedna", "namespace": "sedna"}]
+
+
+def test_cluster_role_lets_the_gm_delete_the_kinds_that_expire():
+    """A kind declaring `expired` (ttlSecondsAfterFinished) is deleted by the GM itself."""
+    role = _one(render_chart(), "ClusterRole")
+    never = next(f.default for f in dataclasses.fields(KindDeclaration) if f.name == "expired")
+    expiring = [d.api for d in DECLARATIONS if d.expired is not never]
+    assert expiring, "no kind declares expired: the test checks nothing"
+    for api in expiring:
+        assert "delete" in _allowed(role, "sedna.io", api.plural), api.kind
 
 
 @pytest.mark.parametrize("kind", ["Dataset", "JointInferenceService", "FederatedLearningJob", "Model"])
