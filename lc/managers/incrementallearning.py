@@ -1,0 +1,137 @@
+"""Incremental learning: the LC decides when each stage of a job's cycle may start.
+
+On top of the shared loop (lc/managers/learning.py) an IncrementalLearningJob's stages
+use the Model objects the GM sends with the job (upstream-lc.md sections 4.5.4-4.5.7):
+- Train: round 1 starts from `spec.initialModel`; a later round from the newest trained
+  model of the initial model's format (and device), or the initial model if there is none
+  (a cycle that failed before training completed), where upstream crashes;
+- Eval: the newest trained model of the eval model's format and the eval model
+  (`spec.evalSpec.initialEvalModel`, else the deploy model), in that order, which is the
+  order the eval worker reports metrics in and the deploy trigger reads them;
+- Deploy: the deploy trigger over the eval's `[new, deployed]` metrics; when it fires the
+  trained model is copied over the deploy model's file (and over the eval model's, if the
+  job has one) unless hot update is enabled, and the stage is reported Ready (or Failed if
+  a copy failed); when it does not fire, Completed ("no need to deploy").
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from lc.managers.learning import (
+    Body,
+    LearningError,
+    LearningKind,
+    Tick,
+    copy_model,
+    deploy_stats,
+    matching_model,
+    model_of,
+    parse_trigger,
+    reported_models,
+    spec_field,
+    stage_body,
+)
+from lc.managers.model import ModelInfo, ModelManager
+from shared.logs import event
+
+log = logging.getLogger(__name__)
+
+KIND = "IncrementalLearningJob"
+
+
+def _key(job: dict[str, Any]) -> str:
+    meta = job.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+class IncrementalLearning(LearningKind):
+    """IL's stage tasks, reading Models from the node's ModelManager."""
+
+    kind = KIND
+
+    def __init__(self, models: ModelManager) -> None:
+        self._models = models
+
+    def _model(self, job: dict[str, Any], *path: str) -> ModelInfo:
+        name = spec_field(job, *path)
+        where = "spec." + ".".join(path)
+        if not isinstance(name, str) or not name:
+            raise LearningError(f"{where} must be a non-empty string")
+        namespace = (job.get("metadata") or {}).get("namespace", "")
+        info = self._models.get(namespace, name)
+        if info is None:
+            raise LearningError(f"model {namespace}/{name} ({where}) is not on this node")
+        return info
+
+    def _eval_model(self, job: dict[str, Any]) -> ModelInfo | None:
+        """The job's own eval model, None when it evaluates against the deploy model."""
+        if spec_field(job, "evalSpec", "initialEvalModel", "name") is None:
+            return None
+        return self._model(job, "evalSpec", "initialEvalModel", "name")
+
+    def train_models(self, tick: Tick, round_: int) -> list[dict[str, Any]]:
+        initial = self._model(tick.job, "initialModel", "name")
+        trained = None
+        if round_ > 1:
+            trained = matching_model(reported_models(tick.job, "Train"), initial.format,
+                                     initial.devices)
+        return [trained or model_of(initial.format, initial.url, initial.devices)]
+
+    def eval_input(self, tick: Tick) -> Body | None:
+        job = tick.job
+        evaluated = self._eval_model(job) or self._model(job, "deploySpec", "model", "name")
+        trained = matching_model(reported_models(job, "Train"), evaluated.format,
+                                 evaluated.devices)
+        if trained is None:
+            return _failed(job, "Eval", f"no trained model of format {evaluated.format!r} "
+                                        f"was reported")
+        data = {"models": [trained, model_of(evaluated.format, evaluated.url, evaluated.devices)],
+                "dataURL": tick.write("eval", self.eval_samples(tick))}
+        return stage_body("Eval", "Ready", data)
+
+    def deploy(self, tick: Tick) -> Body | None:
+        job = tick.job
+        deployed = self._model(job, "deploySpec", "model", "name")
+        trigger = parse_trigger(spec_field(job, "deploySpec", "trigger"), "spec.deploySpec.trigger")
+        try:
+            stats = deploy_stats(reported_models(job, "Eval"))
+        except LearningError as exc:
+            return _failed(job, "Deploy", str(exc))
+        if not trigger.fires(stats, tick.now):
+            return stage_body("Deploy", "Completed")
+        trained = matching_model(reported_models(job, "Train"), deployed.format, deployed.devices)
+        if trained is None:
+            return _failed(job, "Deploy", f"no trained model of format {deployed.format!r} "
+                                          f"was reported")
+        status = "Ready"
+        if not spec_field(job, "deploySpec", "model", "hotUpdateEnabled"):
+            status = self._copy(tick, trained, deployed)
+        models = [trained, model_of(deployed.format, deployed.url, deployed.devices)]
+        return stage_body("Deploy", status, {"models": models})
+
+    def _copy(self, tick: Tick, trained: dict[str, Any], deployed: ModelInfo) -> str:
+        """Put the trained model in place of the deployed (and eval) model: Ready or Failed."""
+        try:
+            copy_model(trained["url"], deployed.url, tick.rootfs)
+            evaluated = self._eval_model(tick.job)
+            if evaluated is not None:
+                same = matching_model(reported_models(tick.job, "Train"), evaluated.format,
+                                      evaluated.devices)
+                if same is None:
+                    raise LearningError(f"no trained model of format {evaluated.format!r} "
+                                        f"for the eval model")
+                copy_model(same["url"], evaluated.url, tick.rootfs)
+        except LearningError as exc:
+            event(log, "learning stage failed", level=logging.WARNING, key=_key(tick.job),
+                  kind=KIND, stage="Deploy", error=str(exc))
+            return "Failed"
+        return "Ready"
+
+
+def _failed(job: dict[str, Any], stage: str, why: str) -> Body:
+    """The stage reported Failed (the GM restarts the cycle), with the reason logged here."""
+    event(log, "learning stage failed", level=logging.WARNING, key=_key(job), kind=KIND,
+          stage=stage, error=why)
+    return stage_body(stage, "Failed")
