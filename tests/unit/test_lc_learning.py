@@ -7,11 +7,13 @@ the objects the GM would send, and are read back from the outbox the GM is sent.
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from lc.managers.learning import (
@@ -28,6 +30,8 @@ from lc.managers.learning import (
     upstream_model,
     write_samples,
 )
+from proto.message import Message, Op
+from proto.upstream import encode_upstream
 from tests.conftest import eventually
 from tests.unit.test_lc_support import running_lc, session
 
@@ -452,3 +456,48 @@ async def test_ll_eval_without_trained_models_fails_instead_of_reporting_null(
                                                     _cond("Eval", "Waiting", 2)]))
         [body] = await _bodies(lc, 1)
     assert body == {"phase": "Eval", "status": "Failed", "output": None}
+
+
+async def test_deploy_is_decided_on_the_eval_node_the_job_names(tmp_path: Path) -> None:
+    evaluated = [{"format": "pb", "url": "/n", "metrics": {"precision": [0.6]}},
+                 {"format": "pb", "url": "/o", "metrics": {"precision": [0.6]}}]
+    conditions = _il_until_eval([_cond("Eval", "Completed", 4, evaluated), _cond("Deploy", "Waiting", 5)])
+    elsewhere = _il_job(conditions)
+    elsewhere["metadata"]["annotations"] = {"sedna.io/Eval": "edge-2"}
+    for node in ("edge-1", "edge-2"):
+        (tmp_path / node).mkdir()
+    async with running_lc(tmp_path / "edge-1", NODENAME="edge-1") as (lc, _):
+        await _node_objects(lc, tmp_path / "edge-1" / "rootfs")
+        await lc.apply_upsert(IL, NS, "il", elsewhere)
+        await _another_tick(lc, IL, "il")  # the Dataset is here, but edge-2 evaluates
+        assert await _pending(lc, 0) == []
+    here = _il_job(conditions)
+    here["metadata"]["annotations"] = {"sedna.io/Eval": "edge-2"}
+    async with running_lc(tmp_path / "edge-2", NODENAME="edge-2") as (lc, _):
+        for name in ("initial", "deployed"):  # no Dataset on the eval node
+            await lc.apply_upsert("Model", NS, name, _obj("Model", name, {"format": "pb", "url": "/m"}))
+        await lc.apply_upsert(IL, NS, "il", here)
+        [body] = await _bodies(lc, 1)
+    assert body == {"phase": "Deploy", "status": "Completed", "output": None}
+
+
+async def test_ll_deploy_without_an_evaluated_model_needs_no_deploy(tmp_path: Path) -> None:
+    async with running_lc(tmp_path) as (lc, _):
+        await _node_objects(lc, tmp_path / "rootfs")
+        await lc.apply_upsert(LL, NS, "ll", _ll_job([_cond("Eval", "Completed", 1, []),
+                                                    _cond("Deploy", "Waiting", 2)]))
+        [body] = await _bodies(lc, 1)
+    assert body == {"phase": "Deploy", "status": "Completed", "output": None}
+
+
+async def test_stage_reports_travel_in_upstream_frames(tmp_path: Path) -> None:
+    async with running_lc(tmp_path) as (lc, _):
+        await _node_objects(lc, tmp_path / "rootfs")
+        await lc.apply_upsert(IL, NS, "il", _il_job([_cond("Train", "Waiting", 0)]))
+        [entry] = await eventually(lambda: _pending(lc, 1), "the train report")
+    frame = orjson.loads(encode_upstream(Message(Op.STATUS, entry.seq, entry.kind, entry.namespace,
+                                                 entry.name, entry.body)))
+    assert frame["header"] == {"namespace": NS, "resourceKind": IL, "resourceName": "il",
+                               "operation": "status"}
+    content = orjson.loads(base64.b64decode(frame["content"]))
+    assert content == entry.body and content["output"] is None
