@@ -29,8 +29,7 @@ Where this departs from upstream, on purpose (upstream-lc.md section 5):
   csv datasets work for both kinds, the format case-insensitively (B-27); copies truncate
   (B-6).
 Not here: s3 outputs and datasets (no S3 client, an error logged once), so
-`dataIndexURL` is never sent; the hot model update of a Deploy/Running job (the worker
-polls a config file the LC would write).
+`dataIndexURL` is never sent.
 """
 
 from __future__ import annotations
@@ -66,8 +65,11 @@ log = logging.getLogger(__name__)
 DEFAULT_CHECK_PERIOD = 10.0  # upstream's job loop tick
 MIN_CHECK_PERIOD = 1.0
 EVAL_ROUNDS_KEPT = 5  # upstream keeps the eval samples of the last five rounds
-EVAL_NODE_ANNOTATION = "sedna.io/Eval"
+EVAL_NODE_ANNOTATION = "sedna.io/Eval"  # the GM records each stage's node (upstream-gm.md 3.4)
+DEPLOY_NODE_ANNOTATION = "sedna.io/Deploy"
+DEPLOY_NODE_PATH = ("deploySpec", "template", "spec", "nodeName")
 Body = dict[str, Any]
+SILENT: Body = {}  # a decision carried out with nothing to report (a hot model update)
 
 
 class LearningError(LCError):
@@ -432,6 +434,13 @@ def spec_field(job: dict[str, Any], *path: str) -> Any:
     return value
 
 
+def annotation_of(job: dict[str, Any], name: str) -> str:
+    meta = job.get("metadata")
+    notes = meta.get("annotations") if isinstance(meta, dict) else None
+    value = notes.get(name) if isinstance(notes, dict) else None
+    return value if isinstance(value, str) else ""
+
+
 def train_prob(job: dict[str, Any]) -> float:
     prob = _number(spec_field(job, "dataset", "trainProb"))
     if prob is None or not 0.0 <= prob <= 1.0:
@@ -502,6 +511,16 @@ class LearningKind:
     def deploy(self, tick: Tick) -> Body | None:
         raise NotImplementedError
 
+    def hot_updates(self, job: dict[str, Any]) -> bool:
+        """Whether the job's inference worker reloads its model in place (IL only)."""
+        return False
+
+    def hot_update(self, tick: Tick) -> Body | None:
+        raise NotImplementedError
+
+    def forget(self, job: dict[str, Any], rootfs: str) -> None:
+        """Remove what the LC wrote for a job that left this node (blocking file I/O)."""
+
     def check_period(self, job: dict[str, Any]) -> float:
         """How often the train trigger is evaluated: its checkPeriodSeconds, else 10 s."""
         try:
@@ -569,7 +588,7 @@ class LearningJob:
                 self.ticks += 1
 
     async def _tick(self, now: datetime) -> None:
-        job, kind = self.obj, self._learning.kind
+        job = self.obj
         dataset = await self._dataset(job)
         if dataset is not None:
             await self._take_samples(job, dataset)
@@ -582,34 +601,50 @@ class LearningJob:
                                              evals=[list(v) for v in self.state.evals]),
                     self._rootfs, now, fmt)
         body = await asyncio.to_thread(task, tick)
-        if body is None:
-            return
-        tick.state.done = stage.token
-        await self._store.append_report_with_state(kind, self.namespace, self.name, body,
-                                                   tick.state.to_json())
-        if self.state.uid == tick.state.uid:  # not replaced by a new job meanwhile
-            self.state = tick.state
-        event(log, "learning stage reported", key=self.key, kind=kind, phase=body["phase"],
-              status=body["status"], round=self.state.rounds)
+        if body is not None:
+            tick.state.done = stage.token
+            await self._commit(tick.state, body)
+
+    async def _commit(self, state: JobState, body: Body) -> None:
+        """Record the decision with its report (if any) in one transaction, then take it."""
+        kind = self._learning.kind
+        if body is SILENT:
+            await self._store.put_state(kind, self.namespace, self.name, state.to_json())
+        else:
+            await self._store.append_report_with_state(kind, self.namespace, self.name, body,
+                                                       state.to_json())
+        if self.state.uid == state.uid:  # not replaced by a new job meanwhile
+            self.state = state
+        event(log, "learning stage decided", key=self.key, kind=kind,
+              phase=body.get("phase", "Deploy"), status=body.get("status", "Running"),
+              round=state.rounds)
 
     def _task(self, job: dict[str, Any], stage: Stage | None,
               home: bool) -> Callable[[Tick], Body | None] | None:
         """The task for the job's latest condition, if this LC decides it and has not yet."""
-        if stage is None or stage.type != "Waiting" or stage.token == self.state.done:
+        if stage is None or stage.token == self.state.done:
+            return None
+        if (stage.stage, stage.type) == ("Deploy", "Running"):
+            hot = self._learning.hot_updates(job) and self._on(job, DEPLOY_NODE_ANNOTATION,
+                                                               home, DEPLOY_NODE_PATH)
+            return self._learning.hot_update if hot else None
+        if stage.type != "Waiting":
             return None
         if stage.stage == "Train" and home:
             return self._learning.train_input
         if stage.stage == "Eval" and home:
             return self._learning.eval_input
-        if stage.stage == "Deploy" and self._decides_deploy(job, home):
+        if stage.stage == "Deploy" and self._on(job, EVAL_NODE_ANNOTATION, home):
             return self._learning.deploy
         return None
 
-    def _decides_deploy(self, job: dict[str, Any], home: bool) -> bool:
-        meta = job.get("metadata")
-        notes = meta.get("annotations") if isinstance(meta, dict) else None
-        eval_node = notes.get(EVAL_NODE_ANNOTATION) if isinstance(notes, dict) else None
-        return eval_node == self._node if isinstance(eval_node, str) and eval_node else home
+    def _on(self, job: dict[str, Any], annotation: str, home: bool,
+            template_node: tuple[str, ...] = ()) -> bool:
+        """Whether this node is the one the annotation (else the template) names; with
+        neither, whether it holds the job's Dataset."""
+        node = annotation_of(job, annotation) or (spec_field(job, *template_node)
+                                                  if template_node else None)
+        return node == self._node if isinstance(node, str) and node else home
 
     async def _dataset(self, job: dict[str, Any]) -> dict[str, Any] | None:
         name = spec_field(job, "dataset", "name")
@@ -675,8 +710,14 @@ class LearningManager:
 
     async def delete(self, namespace: str, name: str) -> None:
         entry = self._jobs.pop((namespace, name), None)
-        if entry is not None:
-            await _cancel(entry[1])
+        if entry is None:
+            return
+        await _cancel(entry[1])
+        try:
+            await asyncio.to_thread(self._learning.forget, entry[0].obj, self._rootfs)
+        except LearningError as exc:
+            event(log, "learning job files not removed", level=logging.WARNING,
+                  key=f"{namespace}/{name}", kind=self.kind, error=str(exc))
 
     def report_entries(self, report: WorkerReport, *, namespace: str,
                        name: str) -> list[Outgoing]:

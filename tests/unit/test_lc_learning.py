@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
+from lc.managers.incrementallearning import hot_update_config
 from lc.managers.learning import (
     JobState,
     LearningError,
@@ -501,3 +502,49 @@ async def test_stage_reports_travel_in_upstream_frames(tmp_path: Path) -> None:
                                "operation": "status"}
     content = orjson.loads(base64.b64decode(frame["content"]))
     assert content == entry.body and content["output"] is None
+
+
+async def test_il_hot_update_replaces_the_model_the_worker_polls_once(tmp_path: Path) -> None:
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "output/train/1").mkdir(parents=True)
+    (rootfs / "output/train/1/model.pb").write_bytes(b"new")
+    (rootfs / "models/deploy").mkdir(parents=True)
+    (rootfs / "models/deploy/model.pb").write_bytes(b"old")
+    evaluated = [{"format": "pb", "url": "/output/train/1/model.pb", "metrics": {"precision": [0.9]}},
+                 {"format": "pb", "url": "/models/deploy/model.pb", "metrics": {"precision": [0.6]}}]
+    waiting = _il_until_eval([_cond("Eval", "Completed", 4, evaluated), _cond("Deploy", "Waiting", 5)])
+    job_dir = rootfs / "var/lib/sedna/model-hot-update/default/incrementallearningjob/il"
+
+    def hot(conditions: list[dict]) -> dict:
+        job = _il_job(conditions)
+        job["spec"]["deploySpec"]["model"]["hotUpdateEnabled"] = True
+        return job
+
+    async with running_lc(tmp_path) as (lc, _):
+        await _il_round_one(lc, rootfs)
+        await lc.apply_upsert(IL, NS, "il", hot(waiting))
+        _, ready = await _bodies(lc, 2)
+        assert ready["status"] == "Ready"
+        assert (rootfs / "models/deploy/model.pb").read_bytes() == b"old"  # the worker reloads
+        running = [*waiting, _cond("Deploy", "Ready", 6), _cond("Deploy", "Running", 7)]
+        await _another_tick(lc, IL, "il", hot(running))
+        config = json.loads((job_dir / "model_config.json").read_text())
+        assert config["model_config"]["model_path"] == "/model-hot-update/model.pb"
+        assert (job_dir / "model.pb").read_bytes() == b"new"
+        assert (rootfs / "models/deploy/model.pb").read_bytes() == b"new"
+        await _another_tick(lc, IL, "il", hot(running))  # the same Running condition: done
+        assert json.loads((job_dir / "model_config.json").read_text()) == config
+        assert len(await _pending(lc, 2)) == 2  # the worker reports the reload, not the LC
+        await lc.apply_delete(IL, NS, "il")
+    assert not job_dir.exists()
+
+
+def test_hot_update_config_stays_in_a_jobs_directory() -> None:
+    job = _il_job([])
+    assert hot_update_config(job) == \
+        "/var/lib/sedna/model-hot-update/default/incrementallearningjob/il/model_config.json"
+    for path in ("/etc/model_config.json", "/var/lib/sedna/model-hot-update/default/x.json",
+                 "/var/lib/sedna/model-hot-update/a/b/../../../../etc/c/d/x.json"):
+        job["metadata"]["annotations"] = {"sedna.io/model-hot-update-config": path}
+        with pytest.raises(LearningError, match="is not in a job's directory"):
+            hot_update_config(job)
