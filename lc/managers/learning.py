@@ -615,9 +615,8 @@ class LearningJob:
                                                        state.to_json())
         if self.state.uid == state.uid:  # not replaced by a new job meanwhile
             self.state = state
-        event(log, "learning stage decided", key=self.key, kind=kind,
-              phase=body.get("phase", "Deploy"), status=body.get("status", "Running"),
-              round=state.rounds)
+        event(log, "learning stage decided", key=self.key, kind=kind, stage=state.done,
+              reported=body.get("status", "nothing"), round=state.rounds)
 
     def _task(self, job: dict[str, Any], stage: Stage | None,
               home: bool) -> Callable[[Tick], Body | None] | None:
