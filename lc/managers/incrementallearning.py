@@ -26,7 +26,6 @@ use the Model objects the GM sends with the job (upstream-lc.md sections 4.5.4-4
 from __future__ import annotations
 
 import json
-import logging
 import os
 import posixpath
 import shutil
@@ -47,22 +46,15 @@ from lc.managers.learning import (
     reported_models,
     spec_field,
     stage_body,
+    stage_failed,
 )
 from lc.managers.model import ModelInfo, ModelManager
 from lc.rootfs import host_to_local
-from shared.logs import event
-
-log = logging.getLogger(__name__)
 
 KIND = "IncrementalLearningJob"
 HOT_UPDATE_DIR = "/var/lib/sedna/model-hot-update"  # host side of the worker's volume
 HOT_UPDATE_MOUNT = "/model-hot-update"  # where the inference worker sees it
 HOT_UPDATE_ANNOTATION = "sedna.io/model-hot-update-config"
-
-
-def _key(job: dict[str, Any]) -> str:
-    meta = job.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 class IncrementalLearning(LearningKind):
@@ -104,7 +96,7 @@ class IncrementalLearning(LearningKind):
         trained = matching_model(reported_models(job, "Train"), evaluated.format,
                                  evaluated.devices)
         if trained is None:
-            return _failed(job, "Eval", f"no trained model of format {evaluated.format!r} "
+            return stage_failed(job, "Eval", f"no trained model of format {evaluated.format!r} "
                                         f"was reported")
         data = {"models": [trained, model_of(evaluated.format, evaluated.url, evaluated.devices)],
                 "dataURL": tick.write("eval", self.eval_samples(tick))}
@@ -117,12 +109,12 @@ class IncrementalLearning(LearningKind):
         try:
             stats = deploy_stats(reported_models(job, "Eval"))
         except LearningError as exc:
-            return _failed(job, "Deploy", str(exc))
+            return stage_failed(job, "Deploy", str(exc))
         if not trigger.fires(stats, tick.now):
             return stage_body("Deploy", "Completed")
         trained = matching_model(reported_models(job, "Train"), deployed.format, deployed.devices)
         if trained is None:
-            return _failed(job, "Deploy", f"no trained model of format {deployed.format!r} "
+            return stage_failed(job, "Deploy", f"no trained model of format {deployed.format!r} "
                                           f"was reported")
         status = "Ready"
         if not self.hot_updates(job):
@@ -166,9 +158,7 @@ class IncrementalLearning(LearningKind):
         try:
             self._replace_models(tick, trained, deployed)
         except LearningError as exc:
-            event(log, "learning stage failed", level=logging.WARNING, key=_key(tick.job),
-                  kind=KIND, stage="Deploy", error=str(exc))
-            return "Failed"
+            return stage_failed(tick.job, "Deploy", str(exc))["status"]
         return "Ready"
 
     def _replace_models(self, tick: Tick, trained: dict[str, Any], deployed: ModelInfo) -> None:
@@ -211,10 +201,3 @@ def write_hot_update_config(path: str, model_file: str, when: str) -> None:
     except OSError as exc:
         raise LearningError(f"cannot write model hot update config {path}: "
                             f"{exc.strerror}") from None
-
-
-def _failed(job: dict[str, Any], stage: str, why: str) -> Body:
-    """The stage reported Failed (the GM restarts the cycle), with the reason logged here."""
-    event(log, "learning stage failed", level=logging.WARNING, key=_key(job), kind=KIND,
-          stage=stage, error=why)
-    return stage_body(stage, "Failed")

@@ -457,6 +457,16 @@ def stage_body(phase: str, status: str, data: dict[str, Any] | None = None) -> B
     return body
 
 
+def stage_failed(job: dict[str, Any], stage: str, why: str) -> Body:
+    """The stage reported Failed (the GM restarts the cycle), with the reason logged here
+    since the report cannot carry it."""
+    meta = job.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    event(log, "learning stage failed", level=logging.WARNING, kind=job.get("kind", ""),
+          key=f"{meta.get('namespace', '')}/{meta.get('name', '')}", stage=stage, error=why)
+    return stage_body(stage, "Failed")
+
+
 # ---- one tick's view and the kinds' hooks ---------------------------------------------
 
 

@@ -13,9 +13,6 @@ Train/Waiting.
 
 from __future__ import annotations
 
-import logging
-from typing import Any
-
 from lc.managers.learning import (
     Body,
     LearningError,
@@ -24,11 +21,9 @@ from lc.managers.learning import (
     copy_model,
     reported_models,
     stage_body,
+    stage_failed,
     upstream_model,
 )
-from shared.logs import event
-
-log = logging.getLogger(__name__)
 
 KIND = "LifelongLearningJob"
 DEPLOY_MODEL = "deploy/index.pkl"  # under outputDir; what the inference worker loads
@@ -42,7 +37,7 @@ class LifelongLearning(LearningKind):
     def eval_input(self, tick: Tick) -> Body | None:
         models = [upstream_model(m) for m in reported_models(tick.job, "Train")]
         if not models:
-            return self._failed(tick, "Eval", "no trained model was reported")
+            return stage_failed(tick.job, "Eval", "no trained model was reported")
         data = {"models": models, "dataURL": tick.write("eval", self.eval_samples(tick)),
                 "outputDir": f"{tick.out}/eval/{tick.state.rounds}"}
         return stage_body("Eval", "Ready", data)
@@ -55,12 +50,6 @@ class LifelongLearning(LearningKind):
         try:
             copy_model(str(first.get("url", "")), f"{tick.out}/{DEPLOY_MODEL}", tick.rootfs)
         except LearningError as exc:
-            return self._failed(tick, "Deploy", str(exc))
+            return stage_failed(tick.job, "Deploy", str(exc))
         model = {"format": first.get("format", ""), "url": first.get("url", ""), "classes": None}
         return stage_body("Deploy", "Ready", {"models": [model]})
-
-    def _failed(self, tick: Tick, stage: str, why: str) -> Body:
-        meta: dict[str, Any] = tick.job.get("metadata") or {}
-        event(log, "learning stage failed", level=logging.WARNING, kind=KIND, stage=stage,
-              key=f"{meta.get('namespace', '')}/{meta.get('name', '')}", error=why)
-        return stage_body(stage, "Failed")
