@@ -150,7 +150,7 @@ class LocalController:
         resumed = await self.dispatcher.resume()
         for manager in managers:
             if isinstance(manager, LearningManager):
-                manager.wake_all()  # their Models and Datasets are back now
+                manager.start()  # now that the Models and Datasets they read are back
         event(log, "state resumed", resources=resumed, outbox=self.store.outbox_size,
               db=self.config.db_path)
 

@@ -576,9 +576,6 @@ class LearningJob:
         self.obj = obj
         self._wake.set()
 
-    def wake(self) -> None:
-        self._wake.set()
-
     async def run(self) -> None:
         while True:
             self._wake.clear()
@@ -678,7 +675,10 @@ class LearningJob:
 
 class LearningManager:
     """Owns one LearningJob task per job of its kind on this node; relays worker reports
-    (train/eval completions with their models, deploy results) as upstream does."""
+    (train/eval completions with their models, deploy results) as upstream does.
+
+    Jobs tick only once `start` ran, i.e. after the LC resumed every stored object: a job
+    resumed before its Models would otherwise decide on a partial view of the node."""
 
     takes_reports = True
     include_models = True
@@ -689,16 +689,23 @@ class LearningManager:
         self._store = store
         self._rootfs = rootfs
         self._node = node
-        self._jobs: dict[tuple[str, str], tuple[LearningJob, asyncio.Task[None]]] = {}
+        self._started = False
+        self._jobs: dict[tuple[str, str], LearningJob] = {}
+        self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}  # once started
 
     def job(self, namespace: str, name: str) -> LearningJob | None:
-        entry = self._jobs.get((namespace, name))
-        return entry[0] if entry else None
+        return self._jobs.get((namespace, name))
+
+    def start(self) -> None:
+        """Start the job loops (and every later job's at once)."""
+        self._started = True
+        for key in self._jobs:
+            self._run(key)
 
     async def upsert(self, namespace: str, name: str, obj: dict[str, Any]) -> None:
-        entry = self._jobs.get((namespace, name))
-        if entry is not None:
-            entry[0].update(obj)
+        job = self._jobs.get((namespace, name))
+        if job is not None:
+            job.update(obj)
             return
         try:
             stored = await self._store.get_state(self.kind, namespace, name)
@@ -706,24 +713,26 @@ class LearningManager:
             event(log, "learning job state unreadable, starting afresh", level=logging.WARNING,
                   key=f"{namespace}/{name}", error=str(exc))
             stored = None
-        job = LearningJob(self._store, self._learning, namespace, name, obj,
-                          JobState.from_json(stored, uid_of(obj)), rootfs=self._rootfs,
-                          node=self._node)
-        task = supervise(job.run, name=f"learning-job:{self.kind}:{namespace}/{name}")
-        self._jobs[(namespace, name)] = (job, task)
+        self._jobs[(namespace, name)] = LearningJob(
+            self._store, self._learning, namespace, name, obj,
+            JobState.from_json(stored, uid_of(obj)), rootfs=self._rootfs, node=self._node)
+        if self._started:
+            self._run((namespace, name))
 
-    def wake_all(self) -> None:
-        """Tick every job now (after a restart, once the objects they read are resumed)."""
-        for job, _ in self._jobs.values():
-            job.wake()
+    def _run(self, key: tuple[str, str]) -> None:
+        if key not in self._tasks:
+            self._tasks[key] = supervise(self._jobs[key].run,
+                                         name=f"learning-job:{self.kind}:{key[0]}/{key[1]}")
 
     async def delete(self, namespace: str, name: str) -> None:
-        entry = self._jobs.pop((namespace, name), None)
-        if entry is None:
+        job = self._jobs.pop((namespace, name), None)
+        task = self._tasks.pop((namespace, name), None)
+        if task is not None:
+            await _cancel(task)
+        if job is None:
             return
-        await _cancel(entry[1])
         try:
-            await asyncio.to_thread(self._learning.forget, entry[0].obj, self._rootfs)
+            await asyncio.to_thread(self._learning.forget, job.obj, self._rootfs)
         except LearningError as exc:
             event(log, "learning job files not removed", level=logging.WARNING,
                   key=f"{namespace}/{name}", kind=self.kind, error=str(exc))
@@ -734,8 +743,8 @@ class LearningManager:
                          status_body(report, include_models=self.include_models))]
 
     async def stop(self) -> None:
-        jobs, self._jobs = self._jobs, {}
-        for _, task in jobs.values():
+        tasks, self._tasks, self._started = self._tasks, {}, False
+        for task in tasks.values():
             await _cancel(task)
 
 

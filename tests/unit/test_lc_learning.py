@@ -548,3 +548,18 @@ def test_hot_update_config_stays_in_a_jobs_directory() -> None:
         job["metadata"]["annotations"] = {"sedna.io/model-hot-update-config": path}
         with pytest.raises(LearningError, match="is not in a job's directory"):
             hot_update_config(job)
+
+
+async def test_pending_train_samples_survive_a_restart(tmp_path: Path) -> None:
+    rootfs = tmp_path / "rootfs"
+    async with running_lc(tmp_path) as (lc, _):
+        await _node_objects(lc, rootfs)
+        await lc.apply_upsert(IL, NS, "il", _il_job([_cond("Train", "Waiting", 0)], threshold=8))
+        await _another_tick(lc, IL, "il")  # 8 train samples pending, the trigger wants more
+        assert await _pending(lc, 0) == []
+    (rootfs / "data" / "index").write_text("".join(f"{x}\n" for x in LINES * 2))
+    async with running_lc(tmp_path) as (lc, _):  # resumed from the store alone
+        [body] = await _bodies(lc, 1)
+    assert body["input"]["models"] == [{"format": "pb", "url": "/models/base/model.pb",
+                                        "classes": None}]
+    assert (rootfs / "output/data/train/1/data.txt").read_text().splitlines() == LINES[:8] * 2
