@@ -33,7 +33,10 @@ from lc.managers.base import Manager
 from lc.managers.dataset import DatasetManager
 from lc.managers.federatedlearning import FederatedLearningManager
 from lc.managers.forward import ReportForwarder
+from lc.managers.incrementallearning import IncrementalLearning
 from lc.managers.jointinference import JointInferenceManager
+from lc.managers.learning import LearningManager
+from lc.managers.lifelonglearning import LifelongLearning
 from lc.managers.model import ModelManager
 from lc.metrics import LCMetrics
 from lc.store import Store
@@ -55,9 +58,9 @@ def forwarders(dedicated: Iterable[Manager]) -> list[ReportForwarder]:
 
     The GM sends a node the objects its workers need and accepts their status only from
     that node, so the LC need not know more about a kind than that its workers report:
-    IL and LL (whose trigger logic is a later issue) and the multi-edge kinds
-    (FeatureExtractionService, ObjectSearchService, ObjectTrackingService, ReidJob,
-    VideoAnalyticsJob) get their reports relayed unchanged, in upstream's body shape.
+    the multi-edge kinds (FeatureExtractionService, ObjectSearchService,
+    ObjectTrackingService, ReidJob, VideoAnalyticsJob) get their reports relayed
+    unchanged, in upstream's body shape.
     Taking the list from the registry means a kind added there is relayed here too.
     """
     handled = {m.kind for m in dedicated}
@@ -136,13 +139,18 @@ class LocalController:
 
     async def _start_managers(self) -> None:
         assert self.store is not None
+        cfg, models = self.config, ModelManager()
         managers = [
-            DatasetManager(self.store, rootfs=self.config.rootfs,
-                           period=self.config.dataset_period),
-            ModelManager(), JointInferenceManager(), FederatedLearningManager(),
+            DatasetManager(self.store, rootfs=cfg.rootfs, period=cfg.dataset_period),
+            models, JointInferenceManager(), FederatedLearningManager(),
+            *(LearningManager(kind, self.store, rootfs=cfg.rootfs, node=cfg.node_name)
+              for kind in (IncrementalLearning(models), LifelongLearning())),
         ]
         self.dispatcher = Dispatcher(self.store, [*managers, *forwarders(managers)])
         resumed = await self.dispatcher.resume()
+        for manager in managers:
+            if isinstance(manager, LearningManager):
+                manager.start()  # now that the Models and Datasets they read are back
         event(log, "state resumed", resources=resumed, outbox=self.store.outbox_size,
               db=self.config.db_path)
 

@@ -410,6 +410,22 @@ class Store:
         await self.write(lambda c: c.execute(
             "INSERT OR REPLACE INTO lc_job_state VALUES (?,?,?,?,?)", row))
 
+    async def append_report_with_state(self, kind: str, namespace: str, name: str, body: Any,
+                                       state: Any) -> int:
+        """Append one report and replace the job state of (kind, namespace, name) in one
+        transaction, so a manager whose state records what it reported neither sends a
+        report twice nor loses one across a crash; returns the report's sequence number."""
+        append = _append_op([(kind, namespace, name, encode(body))])
+        row = (kind, namespace, name, encode(state), time.time())
+
+        def op(conn: sqlite3.Connection) -> list[int]:
+            seqs = append(conn)
+            conn.execute("INSERT OR REPLACE INTO lc_job_state VALUES (?,?,?,?,?)", row)
+            return seqs
+
+        seqs = await self.write(op, on_commit=self._published)
+        return seqs[0]
+
     async def get_state(self, kind: str, namespace: str, name: str) -> Any | None:
         row = await self._read(lambda c: c.execute(
             "SELECT state FROM lc_job_state WHERE kind=? AND namespace=? AND name=?",

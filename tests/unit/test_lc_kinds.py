@@ -20,6 +20,7 @@ from lc.app import forwarders
 from lc.managers.federatedlearning import FederatedLearningManager
 from lc.managers.forward import ReportForwarder
 from lc.managers.jointinference import JointInferenceManager
+from lc.managers.learning import LearningManager
 from lc.report import WorkerReport
 from proto.message import Message, Op
 from proto.upstream import encode_upstream
@@ -67,8 +68,11 @@ async def test_every_sedna_kind_has_a_manager_and_the_multi_edge_ones_relay(tmp_
         managers = {api.kind: lc.dispatcher.manager(api.kind) for api in apis.ALL_KINDS}
     assert all(managers.values())
     relayed = {kind for kind, m in managers.items() if type(m) is ReportForwarder}
-    assert relayed == {"IncrementalLearningJob", "LifelongLearningJob", *MULTI_EDGE}
+    assert relayed == set(MULTI_EDGE)
     assert all(managers[k].takes_reports and managers[k].include_models for k in relayed)
+    learning = ("IncrementalLearningJob", "LifelongLearningJob")
+    assert all(type(managers[k]) is LearningManager and managers[k].include_models
+               for k in learning)
 
 
 def test_forwarders_skip_the_kinds_with_a_manager_of_their_own() -> None:

@@ -1,0 +1,55 @@
+"""Lifelong learning: the LC decides when each stage of a job's cycle may start.
+
+The shared loop (lc/managers/learning.py) with LL's differences (upstream-lc.md section
+4.6): no Model objects; a train round's input has no models (the worker starts from the
+knowledge base); eval evaluates every model the newest completed training reported, with
+an `outputDir` of its own; deploy copies the first model the eval reported to the job's
+fixed deploy model `<outputDir>/deploy/index.pkl`. Where upstream sends a `null` report
+when no trained model exists, or retries a failed copy silently forever, the stage is
+reported Failed so the GM restarts the cycle. Deploy is decided on Deploy/Waiting only, as
+for IL: upstream decides on any Deploy condition and relies on a flag it resets only in
+Train/Waiting.
+"""
+
+from __future__ import annotations
+
+from lc.managers.learning import (
+    Body,
+    LearningError,
+    LearningKind,
+    Tick,
+    copy_model,
+    reported_models,
+    stage_body,
+    stage_failed,
+    upstream_model,
+)
+
+KIND = "LifelongLearningJob"
+DEPLOY_MODEL = "deploy/index.pkl"  # under outputDir; what the inference worker loads
+
+
+class LifelongLearning(LearningKind):
+    """LL's stage tasks."""
+
+    kind = KIND
+
+    def eval_input(self, tick: Tick) -> Body | None:
+        models = [upstream_model(m) for m in reported_models(tick.job, "Train")]
+        if not models:
+            return stage_failed(tick.job, "Eval", "no trained model was reported")
+        data = {"models": models, "dataURL": tick.write("eval", self.eval_samples(tick)),
+                "outputDir": f"{tick.out}/eval/{tick.state.rounds}"}
+        return stage_body("Eval", "Ready", data)
+
+    def deploy(self, tick: Tick) -> Body | None:
+        models = reported_models(tick.job, "Eval")
+        if not models:
+            return stage_body("Deploy", "Completed")
+        first = models[0]
+        try:
+            copy_model(str(first.get("url", "")), f"{tick.out}/{DEPLOY_MODEL}", tick.rootfs)
+        except LearningError as exc:
+            return stage_failed(tick.job, "Deploy", str(exc))
+        model = {"format": first.get("format", ""), "url": first.get("url", ""), "classes": None}
+        return stage_body("Deploy", "Ready", {"models": [model]})
