@@ -49,7 +49,8 @@ from shared import apis, logs  # noqa: E402
 # FeatureExtractionService, ReidJob and VideoAnalyticsJob with their Model).
 EXAMPLES = ("joint-inference-helmet-detection.yaml", "federated-learning-surface-defect.yaml",
             "multi-edge-inference-pedestrian-tracking.yaml", "object-search-pedestrian.yaml",
-            "object-tracking-pedestrian.yaml")
+            "object-tracking-pedestrian.yaml", "incremental-learning-helmet-detection.yaml",
+            "lifelong-learning-atcii.yaml")
 KUBECONFIG = Path(".devcluster/kubeconfig")
 FIRST_CLUSTER_PORT = 6443
 PORT_TRIES = 20
@@ -106,14 +107,31 @@ def example_images(node: Any) -> set[str]:
     return found
 
 
+# The learning examples' Datasets: enough samples that the train trigger (more than 500
+# train samples, at trainProb 0.8) fires on the first look.
+LEARNING_SAMPLES = 700
+ATCII_HEADER = "Season,Sex,Age,Temperature,Humidity,Air velocity,Thermal comfort"
+
+
 def write_datasets(rootfs: Path, node: str) -> None:
     """The example Datasets' index files, as the node would hold them (edge nodes only)."""
     if not node.startswith("edge-"):
         return
-    (rootfs / "data").mkdir(parents=True, exist_ok=True)
-    dataset = rootfs / "data" / ("1.txt" if node.endswith("1") else "2.txt")
-    if not dataset.exists():
-        dataset.write_text("".join(f"images/{i}.jpg {i % 2}\n" for i in range(50 if node.endswith("1") else 80)))
+    first = node.endswith("1")
+    files = {"data/1.txt" if first else "data/2.txt":
+             "".join(f"images/{i}.jpg {i % 2}\n" for i in range(50 if first else 80))}
+    if first:
+        files["data/helmet_detection/train_data/train_data.txt"] = "".join(
+            f"images/{i}.jpg labels/{i}.txt\n" for i in range(LEARNING_SAMPLES))
+    else:
+        files["data/trainData.csv"] = ATCII_HEADER + "\n" + "".join(
+            f"{i % 4},{i % 2},{20 + i % 50},{18 + i % 12},{30 + i % 40},0.{i % 10},{i % 3}\n"
+            for i in range(LEARNING_SAMPLES))
+    for name, text in files.items():
+        dataset = rootfs / name
+        if not dataset.exists():
+            dataset.parent.mkdir(parents=True, exist_ok=True)
+            dataset.write_text(text)
 
 
 def chart_images() -> dict:

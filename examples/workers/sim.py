@@ -6,6 +6,12 @@ first rule that matches, in this order:
 
 | env the GM sets                          | worker                         | what it does |
 |------------------------------------------|--------------------------------|--------------|
+| `HEM_NAME`, no `SERVICE_NAME`           | IL inference worker            | stays up; with `MODEL_HOT_UPDATE_CONFIG`, polls that file every `MODEL_POLL_PERIOD_SECONDS` and reports `deploy`/`completed` each time its `model_update_time` changes |
+| `BASE_MODEL_URL`                         | IL train worker                | writes `model.pb` under `MODEL_URL`, reports `train`/`completed` with it (pb and ckpt) and exits 0 |
+| `HAS_COMPLETED_INITIAL_TRAINING`         | LL train worker                | writes `index.pkl` under `OUTPUT_URL`, reports `train`/`completed` with it and exits 0 |
+| `TEST_DATASET_URL`, `OUTPUT_URL`         | LL eval worker                 | reports `eval`/`completed` with per-task metrics and classes for each of `MODEL_URLS`, exits 0 |
+| `TEST_DATASET_URL`                       | IL eval worker                 | reports `eval`/`completed` with precision and recall lists for each of `MODEL_URLS` (the first, newly trained, better), exits 0 |
+| `MODEL_URLS`, `OUTPUT_URL`               | LL inference worker            | stays up |
 | `HEM_NAME`                               | JI edge worker                 | a joint-inference stats report (cumulative inference and hard-example counts) every `SIM_PERIOD` s, forever |
 | `AGG_PORT`                               | FL trainer                     | `SIM_ROUNDS` round reports (`status: running`, the last `completed`), one per `SIM_PERIOD` s, then exits 0 |
 | `AGG_BIND_PORT`                          | FL aggregator                  | waits out the rounds, then exits 0 |
@@ -16,12 +22,19 @@ first rule that matches, in this order:
 | anything else                            | JI cloud worker, ObjectSearch user worker, reid workers of ObjectSearch/ObjectTracking | stays up |
 
 The order matters where env overlaps: a JI edge worker also has SERVICE_NAME, MODEL_URL and
-LC_SERVER, an FL trainer JOB_NAME and LC_SERVER; a JI cloud worker gets no LC_SERVER.
-IncrementalLearning and LifelongLearning workers are not simulated (`make run` maps no
-image of theirs). Reports are the bodies of upstream-lc.md §2.6 (`ownerKind` the
-lower-case kind, `default` for an FL trainer as the library sends, `ownerName` = JOB_NAME,
-else SERVICE_NAME), POSTed to `$LC_SERVER/sedna/workers/$WORKER_NAME/info` with the
-library's retry policy (5 attempts, `SIM_RETRY_WAIT` s apart).
+LC_SERVER, an FL trainer JOB_NAME and LC_SERVER, an IL train worker JOB_NAME, LC_SERVER and
+MODEL_URL; a JI cloud worker gets no LC_SERVER. Reports are the bodies of upstream-lc.md
+§2.6 (`ownerKind` the lower-case kind, `default` for an FL trainer as the library sends,
+`ownerName` = JOB_NAME, else SERVICE_NAME), POSTed to
+`$LC_SERVER/sedna/workers/$WORKER_NAME/info` with the library's retry policy (5 attempts,
+`SIM_RETRY_WAIT` s apart).
+
+Paths: the learning workers get their model and data paths as container paths under
+`DATA_PATH_PREFIX`; in the dev cluster's process runtime those env values arrive rewritten
+to the node's host directories (the mount table is in `DEVCLUSTER_MOUNTS`). A worker writes
+its files at the path it was given and reports the URL as the library does: the container
+path with `DATA_PATH_PREFIX` stripped, i.e. the node's own path (`/output/train/1/model.pb`),
+which is where the LocalController of the node reads it.
 `SIM_LC_PORTS=edge-node-1=9100,edge-node-2=9101` picks the LC port by `NODE_NAME` when
 several LCs share one host (the dev run). Standard library only, like a minimal worker.
 """
@@ -49,6 +62,12 @@ def role(environ: Mapping[str, str]) -> str:
     has = {name for name, value in environ.items() if value}
     job_worker = {"JOB_NAME", "LC_SERVER"} <= has and "SERVICE_NAME" not in has
     rules = (
+        ("il-inference", "HEM_NAME" in has and "SERVICE_NAME" not in has),
+        ("il-train", "BASE_MODEL_URL" in has),
+        ("ll-train", "HAS_COMPLETED_INITIAL_TRAINING" in has),
+        ("ll-eval", {"TEST_DATASET_URL", "OUTPUT_URL"} <= has),
+        ("il-eval", "TEST_DATASET_URL" in has),
+        ("ll-inference", {"MODEL_URLS", "OUTPUT_URL"} <= has),
         ("ji-edge", "HEM_NAME" in has),
         ("fl-train", "AGG_PORT" in has),
         ("fl-aggregation", "AGG_BIND_PORT" in has),
@@ -86,9 +105,10 @@ def post(body: dict) -> bool:
     return False
 
 
-def report(owner_kind: str, *, kind: str, owner_info: dict, status: str | None = None,
+def report(owner_kind: str, *, kind: str, owner_info: dict | None, status: str | None = None,
            results: list | None = None) -> bool:
-    """POST a report in the library's key order; `status` and `results` only when given."""
+    """POST a report in the library's key order; `status`, `results` and `ownerInfo` only
+    when given (a learning worker's completion has no ownerInfo)."""
     body = {"name": env("WORKER_NAME"), "namespace": env("NAMESPACE", "default"),
             "ownerName": env("JOB_NAME") or env("SERVICE_NAME"), "ownerKind": owner_kind,
             "kind": kind}
@@ -96,7 +116,8 @@ def report(owner_kind: str, *, kind: str, owner_info: dict, status: str | None =
         body["status"] = status
     if results is not None:
         body["results"] = results
-    body["ownerInfo"] = owner_info
+    if owner_info is not None:
+        body["ownerInfo"] = owner_info
     return post(body)
 
 
@@ -174,6 +195,105 @@ def job_worker(owner_kind: str, counters: tuple[str, str]) -> Callable[[float, i
     return run
 
 
+def node_path(value: str) -> str:
+    """The URL the library reports for a path it was given: the container path (a host
+    directory of the process runtime mapped back through `DEVCLUSTER_MOUNTS`) without
+    `DATA_PATH_PREFIX`."""
+    try:
+        mounts = json.loads(env("DEVCLUSTER_MOUNTS") or "{}")
+    except ValueError:
+        mounts = {}
+    for target, host in sorted(mounts.items(), key=lambda kv: len(kv[1]), reverse=True):
+        host = host.rstrip("/")
+        if value == host or value.startswith(host + "/"):
+            value = target.rstrip("/") + value[len(host):]
+            break
+    prefix = env("DATA_PATH_PREFIX").rstrip("/")
+    if prefix and value.startswith(prefix + "/"):
+        value = value[len(prefix):]
+    return value
+
+
+def write_model(directory: str, name: str, content: str) -> str:
+    """Write a model file in the output directory the worker was given; its reported URL."""
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
+        f.write(content)
+    return f"{node_path(directory.rstrip('/'))}/{name}"
+
+
+def model_urls() -> list[str]:
+    return [u for u in env("MODEL_URLS").split(";") if u]
+
+
+def finish(owner_kind: str, kind: str, results: list) -> None:
+    """The library's completion report at the end of training or evaluation."""
+    time.sleep(float(env("SIM_PERIOD", "2")))
+    ok = report(owner_kind, kind=kind, status="completed", results=results, owner_info=None)
+    print(f"{kind} completed reported={ok} models={[r['url'] for r in results]}", flush=True)
+
+
+def il_train(period: float, rounds: int) -> None:
+    out = env("MODEL_URL")
+    trained = write_model(out, "model.pb", f"trained by {env('WORKER_NAME')} from {env('BASE_MODEL_URL')}\n")
+    metrics = {"loss": round(random.uniform(0.2, 0.9), 4)}
+    finish("incrementallearningjob", "train", [{"format": "pb", "url": trained, "metrics": metrics},
+                                               {"format": "ckpt", "url": node_path(out.rstrip("/")),
+                                                "metrics": metrics}])
+
+
+def il_eval(period: float, rounds: int) -> None:
+    """[new, deployed] metrics in MODEL_URLS order; the new model is the better one, so a
+    deploy trigger on `precision_delta[i] > 0.1` fires."""
+    results = []
+    for i, url in enumerate(model_urls()):
+        base = 0.8 if i == 0 else 0.6
+        fmt = url.rsplit(".", 1)[-1] if "." in os.path.basename(url) else "ckpt"
+        results.append({"format": fmt, "url": node_path(url),
+                        "metrics": {"recall": [round(base + 0.01 * k, 2) for k in range(4)],
+                                    "precision": [round(base + 0.02 * k, 2) for k in range(4)]}})
+    finish("incrementallearningjob", "eval", results)
+
+
+def il_inference(period: float, rounds: int) -> None:
+    """Stays up; with hot update, reports each reload of the model config file."""
+    config = env("MODEL_HOT_UPDATE_CONFIG")
+    if env("MODEL_HOT_UPDATE") != "true" or not config:
+        idle(period, rounds)
+    poll = float(env("MODEL_POLL_PERIOD_SECONDS", "60"))
+    seen = _update_time(config)  # the model loaded at start: not a reload
+    while True:
+        time.sleep(poll)
+        updated = _update_time(config)
+        if updated is not None and updated != seen:
+            ok = report("incrementallearningjob", kind="deploy", status="completed", owner_info=None)
+            print(f"model reloaded ({updated}) reported={ok}", flush=True)
+            seen = updated
+
+
+def _update_time(config: str) -> str | None:
+    try:
+        with open(config, encoding="utf-8") as f:
+            return str(json.load(f)["model_config"]["model_update_time"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def ll_train(period: float, rounds: int) -> None:
+    index = write_model(env("OUTPUT_URL"), "index.pkl", f"knowledge base of {env('WORKER_NAME')}\n")
+    finish("lifelonglearningjob", "train", [{"format": "pkl", "url": index, "metrics": None}])
+
+
+def ll_eval(period: float, rounds: int) -> None:
+    results = [{"format": "pkl", "url": node_path(url),
+                "metrics": {"precision_score": [round(random.uniform(0.6, 0.9), 4)]},
+                "current_metric": {f"task{i}": {"precision_score": round(random.uniform(0.6, 0.9), 4)}
+                                   for i in range(2)},
+                "classes": ["comfortable", "neutral", "uncomfortable"],
+                "number_of_labeled_unseen_sample": 0} for url in model_urls()]
+    finish("lifelonglearningjob", "eval", results)
+
+
 def idle(period: float, rounds: int) -> None:
     """A worker with nothing to report: stays up until the pod is deleted."""
     while True:
@@ -181,6 +301,12 @@ def idle(period: float, rounds: int) -> None:
 
 
 ROLES: dict[str, Callable[[float, int], None]] = {
+    "il-inference": il_inference,
+    "il-train": il_train,
+    "il-eval": il_eval,
+    "ll-train": ll_train,
+    "ll-eval": ll_eval,
+    "ll-inference": idle,
     "ji-edge": joint_inference_edge,
     "fl-train": federated_trainer,
     "fl-aggregation": federated_aggregator,
