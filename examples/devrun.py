@@ -157,10 +157,12 @@ def helm_install(kubeconfig: Path) -> None:
         raise OSError(f"helm install failed: {done.stderr.strip() or done.stdout.strip()}")
 
 
-async def start_lcs() -> list[LocalController]:
+async def start_lcs(dc: DevCluster) -> list[LocalController]:
+    """An LC per node whose root filesystem is the node's (where the process runtime puts
+    the node's hostPath volumes), so it reads the models its workers write, as on a node."""
     lcs = []
     for node, port in LC_PORTS.items():
-        rootfs = STATE / f"rootfs-{node}"
+        rootfs = Path(dc.runtime.node_root(node))
         write_datasets(rootfs, node)
         lc = LocalController(load_lc_config({
             "GM_ADDRESS": f"127.0.0.1:{GM_PORT}", "NODENAME": node, "BIND_ADDRESS": "127.0.0.1",
@@ -195,7 +197,7 @@ async def run(with_examples: bool, install: str) -> None:
             gm = GlobalManager(parse_config(f"kubeConfig: {kubeconfig}\n"
                                             f"websocket: {{address: 127.0.0.1, port: {GM_PORT}}}\n"))
             await gm.start()
-            lcs = await start_lcs()
+            lcs = await start_lcs(dc)
         applied = dc.apply_manifests(*(ROOT / "examples" / "upstream" / n for n in EXAMPLES)) \
             if with_examples else []
         print(banner(dc, kubeconfig, install, applied), flush=True)
@@ -223,7 +225,7 @@ def banner(dc: DevCluster, kubeconfig: Path, install: str, applied: list[str]) -
     return (f"dev cluster  {dc.url}\n{parts}"
             f"examples     {', '.join(applied) or 'none'}\n\n"
             f"  export KUBECONFIG={kubeconfig}\n"
-            f"  kubectl get ji,fl,fe,reid,va,objs,objt,datasets,pods\n"
+            f"  kubectl get ji,fl,il,ll,fe,reid,va,objs,objt,datasets,pods\n"
             f"  kubectl logs surface-defect-detection-trainworker-0\n"
             f"  kubectl get fe feature-extraction -o jsonpath='{{.status.metrics}}'\n"
             f"  curl http://127.0.0.1:9100/sedna/workers\n\n"

@@ -92,6 +92,7 @@ for _names, _test in (
         _OPERATORS[_name] = _test
 _INDEXED = re.compile(r"^(?P<name>[^\[]*)\[(?P<index>[^\]]*)\]$")
 _HHMM = re.compile(r"^(\d{1,2}):(\d{2})$")
+END_OF_DAY = clock(23, 59, 59)  # `24:00`: after the last whole minute a timer compares
 
 
 def _number(value: Any) -> float | None:
@@ -168,7 +169,12 @@ class Trigger:
 
 
 def _clock(value: Any, where: str) -> clock:
+    """`HH:MM`; `24:00` is the end of the day (upstream compares the strings, so the shipped
+    lifelong-learning example's `end: 24:00` means until midnight): later than every minute,
+    so as an end it holds all evening and as a start never."""
     found = _HHMM.match(value) if isinstance(value, str) else None
+    if found is not None and (int(found[1]), int(found[2])) == (24, 0):
+        return END_OF_DAY
     if found is None or int(found[1]) > 23 or int(found[2]) > 59:
         raise LearningError(f"{where} must be a time HH:MM, not {value!r}")
     return clock(int(found[1]), int(found[2]))

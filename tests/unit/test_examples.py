@@ -31,7 +31,8 @@ SIM = ROOT / "examples" / "workers" / "sim.py"
 EXAMPLES_DIR = ROOT / "examples" / "upstream"
 PROCESS_TIMEOUT = 20.0
 RECONCILED = {"JointInferenceService", "FederatedLearningJob", "FeatureExtractionService",
-              "ReidJob", "VideoAnalyticsJob", "ObjectSearchService", "ObjectTrackingService"}
+              "ReidJob", "VideoAnalyticsJob", "ObjectSearchService", "ObjectTrackingService",
+              "IncrementalLearningJob", "LifelongLearningJob"}
 
 
 def _load(path: Path, name: str) -> ModuleType:
@@ -195,3 +196,95 @@ async def test_job_worker_reports_progress_then_completes(tmp_path: Path, env: d
     assert [e.body["status"] for e in entries] == ["running", "running", "completed"]
     for entry in entries:
         assert set(entry.body["output"]["ownerInfo"]) == {"startTime", "updateTime", *counters}
+
+
+def _learning_pods(example: str, kind: str) -> dict[str, dict[str, Any]]:
+    """The train, eval and inference pods the GM builds for a learning example, from the
+    stage inputs its LC reports."""
+    from gm.workers.learning import (
+        ILModels,
+        StageInput,
+        il_eval_pod,
+        il_infer_pod,
+        il_train_pod,
+        learning_job,
+        ll_eval_pod,
+        ll_infer_pod,
+        ll_train_pod,
+    )
+    docs = _docs(example)
+    datasets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Dataset"}
+    job = learning_job(_one(docs, kind), kind=kind, datasets=datasets, secrets={}, config=WorkerConfig())
+    train = StageInput(("/models/base_model",), "/output/data/train/1/data.txt", "", "/output/train/1")
+    evaluate = StageInput(("/output/train/1/model.pb", "/models/deploy_model/saved_model.pb"),
+                          "/output/data/eval/1/data.txt", "", "/output/eval/1")
+    if kind == "IncrementalLearningJob":
+        models = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Model"}
+        found = ILModels(initial=models["initial-model"], deploy=models["deploy-model"])
+        return {"train": il_train_pod(job, found, name="j-train-1", given=train),
+                "eval": il_eval_pod(job, found, name="j-eval-1", given=evaluate),
+                "inference": il_infer_pod(job, found, name="j-infer", deploys=0)}
+    return {"train": ll_train_pod(job, name="j-train-1", given=train, kb_index=None, initial_done=False),
+            "eval": ll_eval_pod(job, name="j-eval-1", given=evaluate),
+            "inference": ll_infer_pod(job, name="j-infer", deploys=1)}
+
+
+@pytest.mark.parametrize(("example", "kind", "roles"), [
+    pytest.param("incremental-learning-helmet-detection.yaml", "IncrementalLearningJob",
+                 {"train": "il-train", "eval": "il-eval", "inference": "il-inference"}, id="il"),
+    pytest.param("lifelong-learning-atcii.yaml", "LifelongLearningJob",
+                 {"train": "ll-train", "eval": "ll-eval", "inference": "ll-inference"}, id="ll"),
+])
+def test_roles_of_the_gm_built_learning_workers(example: str, kind: str, roles: dict[str, str]) -> None:
+    pods = _learning_pods(example, kind)
+    assert {worker: sim.role(_env(pod)) for worker, pod in pods.items()} == roles
+
+
+def test_a_reported_url_is_the_nodes_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host directory of the process runtime maps back to the container path, and
+    DATA_PATH_PREFIX goes, as the library strips it."""
+    monkeypatch.setenv("DEVCLUSTER_MOUNTS", '{"/home/data/output/train/": "/r/nodes/edge-node-1/output/train",'
+                                            ' "/home/data/output/": "/r/nodes/edge-node-1/output"}')
+    monkeypatch.setenv("DATA_PATH_PREFIX", "/home/data")
+    assert sim.node_path("/r/nodes/edge-node-1/output/train/1/model.pb") == "/output/train/1/model.pb"
+    assert sim.node_path("/r/nodes/edge-node-1/output") == "/output"
+    assert sim.node_path("/elsewhere/model.pb") == "/elsewhere/model.pb"
+    monkeypatch.delenv("DEVCLUSTER_MOUNTS")
+    assert sim.node_path("/home/data/models/m.pb") == "/models/m.pb"
+
+
+async def test_il_train_worker_writes_its_model_and_reports_it(tmp_path: Path) -> None:
+    out = tmp_path / "output" / "train" / "1"
+    mounts = f'{{"/home/data/output/train/": "{tmp_path}/output/train"}}'
+    async with running_lc(tmp_path) as (lc, base), worker(
+            base, WORKER_NAME="j-train-1", JOB_NAME="j", BASE_MODEL_URL="/home/data/models/base",
+            MODEL_URL=str(out), DATA_PATH_PREFIX="/home/data", DEVCLUSTER_MOUNTS=mounts) as proc:
+        assert await asyncio.wait_for(proc.wait(), PROCESS_TIMEOUT) == 0
+        [body] = await _bodies(lc, "IncrementalLearningJob")
+    assert (out / "model.pb").read_text().startswith("trained by j-train-1")
+    assert (body["phase"], body["status"], body["output"]["ownerInfo"]) == ("train", "completed", None)
+    assert [(m["format"], m["url"]) for m in body["output"]["models"]] == [
+        ("pb", "/output/train/1/model.pb"), ("ckpt", "/output/train/1")]
+
+
+@pytest.mark.parametrize(("role", "env"), [
+    pytest.param("il-eval", {"TEST_DATASET_URL": "/d/eval.txt"}, id="il"),
+    pytest.param("ll-eval", {"TEST_DATASET_URL": "/d/eval.csv", "OUTPUT_URL": "/output/eval/1"}, id="ll"),
+])
+def test_eval_workers_report_each_model_in_order(role: str, env: dict[str, str],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """One result per MODEL_URLS entry, in that order (the deploy trigger reads [new, deployed])."""
+    sent: list[dict[str, Any]] = []
+    for name, value in {**BASE, "JOB_NAME": "j", "MODEL_URLS": "/output/train/1/model.pb;/models/d.pb",
+                        "SIM_PERIOD": "0", **env}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(sim, "post", lambda body: sent.append(body) or True)
+    sim.ROLES[role](0, 1)
+    [body] = sent
+    assert (body["kind"], body["status"], "ownerInfo" in body) == ("eval", "completed", False)
+    assert [r["url"] for r in body["results"]] == ["/output/train/1/model.pb", "/models/d.pb"]
+    if role == "il-eval":
+        new, old = (r["metrics"]["precision"] for r in body["results"])
+        assert all(a - b > 0.1 for a, b in zip(new, old, strict=True))
+    else:
+        assert all(r["current_metric"] and r["classes"] for r in body["results"])

@@ -75,6 +75,10 @@ def test_metric_lookup_never_crashes_and_lists_need_an_index(metric: str, value:
     ("08:00", "17:30", "17:31", False), ("8:00", "9:05", "09:00", True),
     ("22:00", "02:00", "23:59", True), ("22:00", "02:00", "01:00", True),
     ("22:00", "02:00", "12:00", False),
+    # the shipped lifelong-learning example's window: 24:00 is midnight, the end of the day
+    ("02:00", "24:00", "23:59", True), ("02:00", "24:00", "02:00", True),
+    ("02:00", "24:00", "01:59", False), ("24:00", "01:00", "23:59", False),
+    ("24:00", "01:00", "00:30", True),
 ])
 def test_timer_window_is_inclusive_and_wraps_midnight(start: str, end: str, now: str,
                                                       fires: bool) -> None:
@@ -90,7 +94,8 @@ def test_timer_window_is_inclusive_and_wraps_midnight(start: str, end: str, now:
     (_trigger(threshold="lots"), "t.condition.threshold 'lots' is not a number"),
     (_trigger(metric=""), "t.condition.metric must be a non-empty string"),
     (_trigger(timer={"start": "8am", "end": "09:00"}), "t.timer.start must be a time HH:MM"),
-    (_trigger(timer={"start": "08:00", "end": "24:00"}), "t.timer.end must be a time HH:MM"),
+    (_trigger(timer={"start": "08:00", "end": "24:01"}), "t.timer.end must be a time HH:MM"),
+    (_trigger(timer={"start": "08:00", "end": "25:00"}), "t.timer.end must be a time HH:MM"),
     (_trigger(checkPeriodSeconds=0), "t.checkPeriodSeconds must be a positive number"),
     ("sometimes", "t must be an object"),
 ])
