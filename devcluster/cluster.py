@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable
@@ -250,12 +251,33 @@ class DevCluster:
         await self.stop()
 
 
+class KubeYamlLoader(yaml.SafeLoader):
+    """SafeLoader without YAML 1.1's base-60 numbers, as kubectl reads a manifest: an
+    unquoted `end: 20:00` (upstream's learning examples) stays the string "20:00", where
+    PyYAML's default resolver makes it the integer 1200 and the CRD schema refuses it."""
+
+
+KubeYamlLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+KubeYamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int",
+    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+    list("-+0123456789"))
+KubeYamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9_]+(?:[eE][-+][0-9]+)?"
+               r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."))
+
+
 def _manifests(path: Path) -> list[dict[str, Any]]:
     files = sorted([*path.glob("*.yaml"), *path.glob("*.yml")]) if path.is_dir() else [path]
     docs: list[dict[str, Any]] = []
     for file in files:
         with file.open(encoding="utf-8") as f:
-            docs.extend(d for d in yaml.safe_load_all(f) if d)
+            docs.extend(d for d in yaml.load_all(f, Loader=KubeYamlLoader) if d)
     return docs
 
 

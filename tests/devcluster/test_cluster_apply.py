@@ -58,3 +58,12 @@ async def test_apply_refuses_unknown_kinds_and_invalid_objects(live, tmp_path):
     with pytest.raises(ApiError) as exc:
         live.apply_manifests(invalid)
     assert exc.value.code == 422 and "spec.size" in exc.value.message
+
+
+async def test_apply_reads_unquoted_clock_times_as_strings_like_kubectl(live, tmp_path):
+    """YAML 1.1 makes `20:00` the base-60 integer 1200; kubectl keeps it a string."""
+    (tmp_path / "cm.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: times}\n"
+                                      "data: {start: 02:00, end: 20:00, last: 24:00}\n")
+    live.apply_manifests(tmp_path / "cm.yaml")
+    cm_rt = live.store.registry.lookup(group="", version="v1", resource="configmaps")
+    assert live.store.get(cm_rt, "default", "times")["data"] == {"start": "02:00", "end": "20:00", "last": "24:00"}
