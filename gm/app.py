@@ -157,7 +157,8 @@ class GlobalManager:
     def _build_hub(self) -> None:
         assert self.client is not None and self.informers is not None
         kinds = (apis.DATASET, apis.MODEL, *(d.api for d in self.declarations))
-        self.edge = EdgeObjects(self.informers, kinds=kinds)
+        self.edge = EdgeObjects(self.informers, kinds=kinds, annotations={
+            d.kind: d.edge_annotations for d in self.declarations if d.edge_annotations is not None})
         status = StatusWriter(self.client, cache=self.informers.get_cached)
         self.hub = Hub(self.edge, UpstreamStatus(status, rules=[
             (d.api, d.report) for d in self.declarations if d.report is not None]), auth=self._node_auth())

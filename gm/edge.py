@@ -22,8 +22,9 @@ caches: the pods the GM creates (the controllers' shared informer, `MANAGED_SELE
 the pods of the Deployments it creates (every such template carries `app.sedna.io`).
 
 What goes down is a copy of the cached object with `kind`/`apiVersion` set (the cache is
-never touched, upstream bug §6.1) and, for a Dataset or Model with `credentialName`, the
-`sedna.io/credential` annotation built from the Secret as upstream does (§4.6). The Secret
+never touched, upstream bug §6.1) and, for a Dataset, Model, IL or LL job with `credentialName`, the
+`sedna.io/credential` annotation built from the Secret as upstream does (§4.6; IL/LL jobs
+too, for their outputDir), plus what the kind declares for the edge. The Secret
 comes from the GM's one Secret cache (the controllers' too), so the handlers stay I/O-free:
 a Secret's change re-publishes the Datasets and Models naming it (the `credential` index),
 so a rotated credential reaches the nodes at once, and a missing or unreadable Secret sends
@@ -74,9 +75,14 @@ def _name(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+# The kinds whose `spec.credentialName` goes down as the credential annotation (upstream's:
+# a Dataset's or Model's storage, an IL/LL job's outputDir and intermediate artifacts).
+CREDENTIALED_KINDS = (DATASET, MODEL, apis.INCREMENTAL_LEARNING.kind, apis.LIFELONG_LEARNING.kind)
+
+
 def credential_name(kind: str, obj: Obj) -> str | None:
-    """The Secret a Dataset or Model names for its storage (other kinds carry none down)."""
-    if kind not in (DATASET, MODEL):
+    """The Secret an object of a `CREDENTIALED_KINDS` kind names (other kinds carry none down)."""
+    if kind not in CREDENTIALED_KINDS:
         return None
     return _name(deep_get(obj, "spec", "credentialName"))
 
@@ -97,14 +103,17 @@ def credential_annotation(secret: Obj) -> str:
     return go_json(dict(sorted(values.items())))
 
 
-def downstream_copy(kind: str, obj: Obj, *, credential: str | None = None) -> dict[str, Any]:
-    """A private copy of `obj` to send: kind/apiVersion set, credential annotation when given."""
+def downstream_copy(kind: str, obj: Obj, *, credential: str | None = None,
+                    annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A private copy of `obj` to send: kind/apiVersion set, the kind's edge `annotations`
+    and the credential annotation when given."""
     out = copy.deepcopy(dict(obj))
     out["kind"] = kind
     out["apiVersion"] = apis.API_VERSION
-    if credential is not None:
+    extra = {**(annotations or {}), **({CREDENTIAL_ANNOTATION: credential} if credential is not None else {})}
+    if extra:
         meta = out.setdefault("metadata", {})
-        meta["annotations"] = {**(meta.get("annotations") or {}), CREDENTIAL_ANNOTATION: credential}
+        meta["annotations"] = {**(meta.get("annotations") or {}), **extra}
     return out
 
 
@@ -164,7 +173,11 @@ class _Deps:
 class EdgeObjects:
     """The hub's `ObjectSource`, fed by informer events; `bind(hub.notify_changed)` before start."""
 
-    def __init__(self, informers: InformerFactory, *, kinds: tuple[apis.SednaKind, ...] = EDGE_KINDS):
+    def __init__(self, informers: InformerFactory, *, kinds: tuple[apis.SednaKind, ...] = EDGE_KINDS,
+                 annotations: Mapping[str, Callable[[Obj], Mapping[str, str]]] | None = None):
+        """`annotations`: per kind, what the copy sent down carries besides the object
+        (`KindDeclaration.edge_annotations`)."""
+        self._annotations = dict(annotations or {})
         self._apis = {api.kind: api for api in kinds}
         self._informers: dict[str, SharedInformer] = {
             api.kind: informers.informer(sedna_gvr(api)) for api in kinds}
@@ -181,7 +194,7 @@ class EdgeObjects:
         self._deps = _Deps()
         self._secrets = informers.informer(SECRETS, transform=slim_secret)
         # the kinds that name a Secret whose value goes down with them
-        self._credentialed = {k: self._informers[k] for k in (DATASET, MODEL) if k in self._informers}
+        self._credentialed = {k: self._informers[k] for k in CREDENTIALED_KINDS if k in self._informers}
         index_credentials(*self._credentialed.values())
         self._without_credential: dict[ObjKey, str] = {}  # key -> why it went without, logged once
         self.stats = EdgeStats()
@@ -309,7 +322,9 @@ class EdgeObjects:
             self._publish(key, entry.payload, rv)  # same version: only nodes that lack it
             return
         entry.credential = credential
-        self._publish(key, downstream_copy(key[0], obj, credential=credential), rv)
+        annotate = self._annotations.get(key[0])
+        self._publish(key, downstream_copy(key[0], obj, credential=credential,
+                                           annotations=annotate(obj) if annotate is not None else None), rv)
 
     def _credential(self, key: ObjKey, obj: Obj) -> str | None:
         """The credential annotation for the object's Secret (from the cache), or None: no

@@ -173,6 +173,9 @@ class KindDeclaration:
     expired: Callable[[Obj, str], bool] = _never
     # how an upstream status report for the kind becomes status (None: reports refused)
     report: ReportRule | None = None
+    # annotations the copy sent to the edge carries, from the CR (what an LC reads that the
+    # CR itself does not say, e.g. where an IL job's hot-update config lives)
+    edge_annotations: Callable[[Obj], Mapping[str, str]] | None = None
 
     @property
     def kind(self) -> str:

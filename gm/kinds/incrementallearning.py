@@ -13,11 +13,16 @@ inference pods (builders in gm/workers/learning.py).
   initial eval Model (all sent to the edge with it): a missing one is the Failed condition.
 - The node annotations `sedna.io/Train|Eval|Deploy` are not written: upstream's GM reads
   them to route the job, our GM places it from the stages and the live pods
-  (shared/apis.py), and the LC does not read them. Nor is `sedna.io/model-hot-update-config`
-  (the framework does not write CR metadata): the config path is the worker's env.
+  (shared/apis.py), and the LC does not read them. With hot update, the copy of the job sent
+  to the edge carries upstream's `sedna.io/model-hot-update-config` annotation (the path of
+  the config the LC rewrites and the worker polls), as upstream's LC expects; the CR itself
+  is not annotated.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 from gm.controllers.common import DATASETS, MODELS
 from gm.controllers.declare import (
@@ -31,10 +36,12 @@ from gm.controllers.declare import (
 )
 from gm.kinds import learning
 from gm.kube.resources import PODS
+from gm.workers.children import Owner
 from gm.workers.inputs import ref_name, required
 from gm.workers.learning import (
     ILModels,
     LearningJob,
+    hot_update_config_path,
     il_eval_pod,
     il_infer_pod,
     il_train_pod,
@@ -46,6 +53,7 @@ from shared import apis
 from shared.objects import deep_get
 
 API = apis.INCREMENTAL_LEARNING
+HOT_UPDATE_ANNOTATION = "sedna.io/model-hot-update-config"  # upstream's, on the job the LC gets
 KIND = API.kind
 NEEDS = {learning.TRAIN: ("models", "dataURL", "outputDir"), learning.EVAL: ("models", "dataURL")}
 check_input = input_check(NEEDS)
@@ -86,6 +94,16 @@ def status(cr: dict, observed: Observed) -> dict:
     return learning.learning_status(cr, observed, kind=KIND, hot=hot(cr), check=check_input)
 
 
+def edge_annotations(cr: Mapping[str, Any]) -> dict[str, str]:
+    """Upstream's hot-update annotation on the copy sent down, when the job hot-updates."""
+    meta = cr.get("metadata") or {}
+    name, namespace = meta.get("name"), meta.get("namespace")
+    if not hot(dict(cr)) or not isinstance(name, str) or not isinstance(namespace, str):
+        return {}
+    owner = Owner(kind=KIND, name=name, namespace=namespace, uid=str(meta.get("uid") or ""))
+    return {HOT_UPDATE_ANNOTATION: hot_update_config_path(owner)}
+
+
 DECLARATION = KindDeclaration(
     api=API,
     owns=(Owns(PODS, on_edit="recreate"),),
@@ -95,4 +113,5 @@ DECLARATION = KindDeclaration(
     controller="incrementallearningjob",
     component="IncrementalLearningJob-controller",
     report=learning.stage_report_rule(),
+    edge_annotations=edge_annotations,
 )

@@ -323,6 +323,30 @@ async def test_a_rotated_or_late_secret_reaches_the_node_at_once(gm, api, connec
     await lc1.until(credential_frame('"ACCESS_KEY_ID":"ROTATED"'))  # the rotation, at once
 
 
+async def test_an_il_job_goes_down_with_its_credential_and_hot_update_config(gm, api, connect):
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "out", "annotations": {
+        "s3-endpoint": "minio:9000"}}, "data": {"ACCESS_KEY_ID": base64.b64encode(b"OUT").decode()}}
+    await api.create(SECRETS, secret, namespace=NS)
+    plurals = {"Dataset": DATASETS, "Model": MODELS,
+               "IncrementalLearningJob": GVR("sedna.io", "v1alpha1", "incrementallearningjobs")}
+    for obj in load_example("incremental-learning-helmet-detection.yaml"):
+        if obj["kind"] == "IncrementalLearningJob":
+            obj["spec"]["credentialName"] = "out"
+            obj["spec"]["trainSpec"]["trigger"].pop("timer", None)  # PyYAML reads 02:00 as a number
+            job = obj["metadata"]["name"]
+        await api.create(plurals[obj["kind"]], obj, namespace=NS)
+    await eventually(lambda: gm.edge.is_assigned("edge-node-1", "IncrementalLearningJob", NS, job),
+                     message="the job assigned to its dataset's node")
+    lc1 = await connect.native("edge-node-1")
+    sent = lc1.snapshot[("IncrementalLearningJob", NS, job)]["metadata"]["annotations"]
+    assert sent[CREDENTIAL_ANNOTATION] == '{"ACCESS_KEY_ID":"OUT","s3-endpoint":"minio:9000"}'
+    assert sent["sedna.io/model-hot-update-config"] == (
+        f"/var/lib/sedna/model-hot-update/{NS}/incrementallearningjob/{job}/model_config.json")
+    cached = gm.informers.get_cached(plurals["IncrementalLearningJob"], NS, job)
+    assert not {CREDENTIAL_ANNOTATION, "sedna.io/model-hot-update-config"} & set(
+        cached["metadata"].get("annotations") or {})
+
+
 async def test_token_is_required_when_configured(start_gm):
     gm = await start_gm(websocket="{address: 127.0.0.1, port: 0, token: s3cret}")
     url = f"http://127.0.0.1:{gm.port}/"

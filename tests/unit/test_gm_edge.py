@@ -28,6 +28,13 @@ def test_credential_name_only_for_datasets_and_models():
     assert credential_name("Dataset", {"spec": {}}) is None
 
 
+def test_learning_jobs_carry_their_credential_down_as_upstream():
+    obj = {"spec": {"credentialName": "out"}}
+    assert credential_name("IncrementalLearningJob", obj) == "out"
+    assert credential_name("LifelongLearningJob", obj) == "out"
+    assert credential_name("JointInferenceService", obj) is None
+
+
 def test_credential_annotation_data_overrides_annotations_sorted():
     secret = {"metadata": {"annotations": {"s3-endpoint": "minio:9000", "ACCESS_KEY_ID": "old"}},
               "data": {"SECRET_ACCESS_KEY": b64("s<k>"), "ACCESS_KEY_ID": b64("ak")}}
