@@ -13,8 +13,9 @@ returned supervisor task as it would the plain task.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, NamedTuple, Protocol
 
 from lc.report import WorkerReport
@@ -59,3 +60,15 @@ class Manager(Protocol):
 
     async def stop(self) -> None:
         """Cancel and await every task the manager owns."""
+
+
+async def every(period: Callable[[], float], wake: asyncio.Event,
+                step: Callable[[], Awaitable[None]]) -> None:
+    """Run `step` now, then again after `period()` seconds or as soon as `wake` is set,
+    until cancelled (a monitor's loop: level-triggered, a wake only brings the next step
+    forward)."""
+    while True:
+        wake.clear()
+        await step()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), period())

@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from lc.errors import DatasetError, StoreError
-from lc.managers.base import Outgoing, supervise
+from lc.managers.base import Outgoing, every, supervise
 from lc.report import WorkerReport
 from lc.rootfs import host_to_local
 from lc.store import Store
@@ -128,11 +128,7 @@ class DatasetMonitor:
 
     async def run(self) -> None:
         """Scan now and then every period (or sooner when woken) until cancelled."""
-        while True:
-            self._wake.clear()
-            await self.scan_once()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._period)
+        await every(lambda: self._period, self._wake, self.scan_once)
 
     async def scan_once(self) -> None:
         """One pass: count, and report upstream if the count changed."""

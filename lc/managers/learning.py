@@ -52,7 +52,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from lc.errors import LCError, StoreError
-from lc.managers.base import Outgoing, supervise
+from lc.managers.base import Outgoing, every, supervise
 from lc.managers.dataset import index_path, uid_of
 from lc.managers.forward import status_body
 from lc.report import WorkerReport
@@ -583,11 +583,8 @@ class LearningJob:
         self._wake.set()
 
     async def run(self) -> None:
-        while True:
-            self._wake.clear()
-            await self.tick()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._learning.check_period(self.obj))
+        """Decide now and then every train-trigger check period (or when the GM sends a newer job)."""
+        await every(lambda: self._learning.check_period(self.obj), self._wake, self.tick)
 
     async def tick(self, now: datetime | None = None) -> None:
         async with self._ticking:
