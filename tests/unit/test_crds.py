@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from devcluster import schema as server_schema
+from devcluster.cluster import KubeYamlLoader
 from gm.config import parse_config
 from gm.controllers.declare import KindDeclaration
 from gm.kinds import DECLARATIONS
@@ -37,27 +38,7 @@ EXAMPLES = ROOT / "examples" / "upstream"
 # --- YAML as Kubernetes reads it -------------------------------------------------------------
 
 
-class KubeYamlLoader(yaml.SafeLoader):
-    """SafeLoader without YAML 1.1 sexagesimal numbers: kubectl reads `start: 02:00` as a
-    string, PyYAML's default resolver would make it the integer 120."""
-
-
-KubeYamlLoader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-# Re-add int and float without their base-60 alternatives.
-KubeYamlLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:int",
-    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
-    list("-+0123456789"),
-)
-KubeYamlLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9_]+(?:[eE][-+][0-9]+)?"
-               r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
-    list("-+0123456789."),
-)
+# (KubeYamlLoader, from devcluster.cluster: the dev cluster reads manifests the same way)
 
 
 def load_docs(text: str) -> list[dict]:
