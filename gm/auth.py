@@ -36,8 +36,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import yaml
-
+from gm.config import yaml_mapping
 from gm.kube.client import KubeClient
 from gm.kube.errors import ApiError
 from gm.kube.resources import SECRETS
@@ -159,14 +158,8 @@ class NodeTokenTable:
 
     @classmethod
     def parse(cls, text: str, *, where: str) -> NodeTokenTable:
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise AuthConfigError(f"{where}: not valid YAML: {exc}") from exc
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise AuthConfigError(f"{where}: must be a mapping <token>: <node name>")
+        data = yaml_mapping(text, fail=lambda message: AuthConfigError(f"{where}: {message}"),
+                            not_mapping="must be a mapping <token>: <node name>")
         for token, node in data.items():
             _check_entry(where, token, node)
         return cls(data)

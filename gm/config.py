@@ -9,6 +9,7 @@ error naming the key instead of a silent zero.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, get_type_hints
 
@@ -203,16 +204,23 @@ def split_list(value: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in value.split(",") if item.strip())
 
 
-def parse_config(text: str) -> GMConfig:
-    """Parse the YAML text of a config file over the defaults."""
+def yaml_mapping(text: str, *, fail: Callable[[str], Exception], not_mapping: str) -> dict:
+    """The YAML mapping `text` holds (empty text: {}); `fail(message)` is raised when it is
+    not YAML, or (with `not_mapping`) not a mapping."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"not valid YAML: {exc}") from exc
+        raise fail(f"not valid YAML: {exc}") from exc
     if data is None:
-        data = {}
+        return {}
     if not isinstance(data, dict):
-        raise ConfigError("the configuration must be a mapping")
+        raise fail(not_mapping)
+    return data
+
+
+def parse_config(text: str) -> GMConfig:
+    """Parse the YAML text of a config file over the defaults."""
+    data = yaml_mapping(text, fail=ConfigError, not_mapping="the configuration must be a mapping")
     cfg = _fill("", GMConfig(), data)
     _validate(cfg)
     return cfg
