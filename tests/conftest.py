@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import os
@@ -94,10 +95,18 @@ def assert_no_crashes(dc) -> None:
 async def cluster(tmp_path: Path):
     """A served DevCluster (start delay 0, fast resync); kubeconfig at tmp_path/kubeconfig.
     Fails the test at teardown if any of its controllers crashed."""
+    async with served_cluster(tmp_path, image_map={}, restart_backoff=0.05) as dc:
+        yield dc
+
+
+@contextlib.asynccontextmanager
+async def served_cluster(tmp_path: Path, **options: Any):
+    """A DevCluster served on a free port (start delay 0, fast resync, `options` on top),
+    its kubeconfig at tmp_path/kubeconfig; fails the test if a controller crashed."""
     from devcluster.cluster import DevCluster
 
-    dc = DevCluster(start_delay=0, termination_delay=0, resync=0.5, lease_interval=1.0,
-                    process_runtime=True, image_map={}, restart_backoff=0.05)
+    dc = DevCluster(**{"start_delay": 0, "termination_delay": 0, "resync": 0.5, "lease_interval": 1.0,
+                       "process_runtime": True, **options})
     await dc.start("127.0.0.1", 0)
     dc.write_kubeconfig(tmp_path / "kubeconfig")
     try:

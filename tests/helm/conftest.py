@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_no_crashes
+from tests.conftest import served_cluster
 from tests.helm.helmbin import ROOT, helm_env, helm_path
 
 CHART = ROOT / "charts" / "sedna"
@@ -37,17 +37,9 @@ def free_port() -> int:
 @pytest.fixture
 async def chart_cluster(tmp_path: Path):
     """A served dev cluster (nodes edge-node-1, edge-node-2, cloud-node) running the chart's image."""
-    from devcluster.cluster import DevCluster
-
-    dc = DevCluster(start_delay=0, termination_delay=0, resync=0.5, lease_interval=1.0, process_runtime=True,
-                    image_map=chart_image_map(), restart_backoff=0.2, pod_root=tmp_path / "pods")
-    await dc.start("127.0.0.1", 0)
-    dc.write_kubeconfig(tmp_path / "kubeconfig")
-    try:
+    async with served_cluster(tmp_path, image_map=chart_image_map(), restart_backoff=0.2,
+                              pod_root=tmp_path / "pods") as dc:
         yield dc
-    finally:
-        await dc.stop()
-    assert_no_crashes(dc)
 
 
 @pytest.fixture
