@@ -62,7 +62,6 @@ DEPLOYED_POD_SELECTOR = "app.sedna.io"  # the pods of every worker Deployment th
 DATASET, MODEL = apis.DATASET.kind, apis.MODEL.kind
 # Datasets, Models and the kinds the GM reconciles, hence sends.
 EDGE_KINDS: tuple[apis.SednaKind, ...] = (apis.DATASET, apis.MODEL, *reconciled_kinds())
-KINDS = tuple(api.kind for api in EDGE_KINDS)
 
 Obj = Mapping[str, Any]
 Notify = Callable[[str, str, str, Mapping[str, Any] | None, Iterable[str]], None]

@@ -68,7 +68,6 @@ class Watches:
     matters: Callable[[Obj, Obj], bool] = _always
     # whether its objects name Secrets (`credentialName`) that the CR then uses
     credentials: bool = True
-    cluster_scoped: bool = False
 
 
 def sedna_gvr(kind: apis.SednaKind) -> GVR:

@@ -139,7 +139,7 @@ DECLARATION = KindDeclaration(
     api=apis.FEDERATED_LEARNING,
     owns=(Owns(PODS, on_edit="recreate", frozen_when_finished=True), Owns(SERVICES)),
     watches=(uses_models(apis.FEDERATED_LEARNING), uses_datasets(apis.FEDERATED_LEARNING),
-             Watches(NODES, matters=addresses_changed, credentials=False, cluster_scoped=True)),
+             Watches(NODES, matters=addresses_changed, credentials=False)),
     build=build,
     status=status,
     controller="federatedlearningjob",
