@@ -143,8 +143,7 @@ class KindController:
             desired = self._desired(cr, namespace, now)
             converged, rejected = await self._converge(cr, desired, namespace)
         except PROBLEMS as exc:
-            await report_problem(self.ctx, cr, exc, key=key, write=lambda p: self._write_status(
-                cr, desired=None, converged=False, problem=p))
+            await report_problem(self.ctx, cr, exc, key=key, write=lambda p: self._write_problem(cr, p))
         status = await self._write_status(cr, desired=desired, converged=converged, rejected=rejected)
         return self._next_look(cr, status, converged=converged, rejected=rejected, now=now)
 
@@ -225,7 +224,7 @@ class KindController:
                             problem: Problem | None = None, rejected: str | None = None,
                             in_progress: bool = False) -> dict | None:
         """Write the status computed from the cache now; returns it (None if the write
-        changed nothing). `report_problem` reads the result as "did it change"."""
+        changed nothing)."""
         generation = cr["metadata"].get("generation")
         observed = Observed(
             children=self._children(cr), desired=desired, converged=converged, now=now_rfc3339(),
@@ -242,6 +241,10 @@ class KindController:
 
         written = await write_status(self.ctx, self.gvr, cr, mutate)
         return last.get("status") if written else None
+
+    async def _write_problem(self, cr: dict, problem: Problem) -> bool:
+        """The status with the problem as its condition; True when that changed it."""
+        return await self._write_status(cr, desired=None, converged=False, problem=problem) is not None
 
     def _nodes(self) -> frozenset[str] | None:
         inf = self.watched.get(NODES)
