@@ -54,7 +54,7 @@ from gm.reports import metrics_report
 from gm.workers.children import Owner, build_pod
 from gm.workers.errors import InvalidSpec
 from gm.workers.storage import StoragePlan
-from gm.workers.template import PodKnobs, env_field, env_value, render_template
+from gm.workers.template import PodKnobs, checked_template, env_field, env_value, render_template
 from shared import apis
 from shared.objects import deep_get
 
@@ -313,7 +313,7 @@ def build_job_pods(cr: Mapping[str, Any], deps: Dependencies, *, owner: Owner,
     if finished(cr):
         return [kept(p) for p in pods if deep_get(p, "status", "phase") in _TERMINAL]
     spec, template, made = job_spec(cr["spec"]), cr["spec"].get("template"), worker()
-    job_pod(owner, made, template, index=0, attempt=0)  # a bad template fails every time
+    checked_template(template, where="spec.template")  # a bad template fails every time
     state = observe(cr, pods, spec=spec, role=made.role, now=deps.now)
     return desired_pods(state, lambda i, attempt: job_pod(owner, made, template, index=i,
                                                           attempt=attempt))
