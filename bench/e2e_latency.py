@@ -31,7 +31,7 @@ from gm.app import GlobalManager  # noqa: E402
 from gm.config import parse_config  # noqa: E402
 from lc.app import LocalController  # noqa: E402
 from lc.config import load  # noqa: E402
-from lc.link import link_factory  # noqa: E402
+from lc.link.dialer import link_factory  # noqa: E402
 from shared import apis  # noqa: E402
 
 NS = "default"

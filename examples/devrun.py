@@ -42,7 +42,7 @@ from gm.app import GlobalManager  # noqa: E402
 from gm.config import parse_config  # noqa: E402
 from lc.app import LocalController  # noqa: E402
 from lc.config import load as load_lc_config  # noqa: E402
-from lc.link import link_factory  # noqa: E402
+from lc.link.dialer import link_factory  # noqa: E402
 from shared import apis, logs  # noqa: E402
 
 # What `make run` applies: one example per reconciled kind (the multi-edge file holds the

@@ -3,9 +3,9 @@ HTTP server on the websocket port (health, readiness, metrics, and the LC hub).
 
 Start-up order: connect, create every informer (so each type is listed and watched
 once), start them, serve /healthz at once and /readyz when the caches have synced, then
-(after winning the leader lease, when enabled) run the controllers. The hub (gm/hub.py)
-serves LCs on `/` of the same port: gm/edge.py tells it which objects each node needs and
-gm/upstream.py applies the status they report. It runs whether or not this process leads
+(after winning the leader lease, when enabled) run the controllers. The hub (gm/edge/hub.py)
+serves LCs on `/` of the same port: gm/edge/objects.py tells it which objects each node needs and
+gm/edge/status.py applies the status they report. It runs whether or not this process leads
 (status writes are resourceVersion-guarded), and it admits a connection only once the
 caches have synced, so a node's first snapshot is complete rather than empty. Shutdown
 reverses it within a timeout: close the LC sessions, stop the controllers (in-flight
@@ -34,7 +34,12 @@ from typing import Any
 
 from aiohttp import web
 
-from gm.auth import (
+from gm.config import ConfigError, GMConfig, split_list
+from gm.controllers.common import Context
+from gm.controllers.declare import KindDeclaration
+from gm.controllers.reconciler import KindController
+from gm.controllers.runner import ControllerRunner, ReconcileMetrics
+from gm.edge.auth import (
     AuthConfigError,
     Authenticator,
     FileTable,
@@ -44,13 +49,9 @@ from gm.auth import (
     SharedToken,
     TokenReviewAuth,
 )
-from gm.config import ConfigError, GMConfig, split_list
-from gm.controllers.common import Context
-from gm.controllers.declare import KindDeclaration
-from gm.controllers.reconciler import KindController
-from gm.controllers.runner import ControllerRunner, ReconcileMetrics
-from gm.edge import EdgeObjects
-from gm.hub import Hub
+from gm.edge.hub import Hub
+from gm.edge.objects import EdgeObjects
+from gm.edge.status import UpstreamStatus
 from gm.kinds import DECLARATIONS
 from gm.kube.client import KubeClient
 from gm.kube.config import ClientSettings
@@ -60,7 +61,6 @@ from gm.kube.leader import LeaderElector, LeaderSettings
 from gm.kube.metrics import KubeMetrics
 from gm.kube.status import StatusWriter
 from gm.kube.workqueue import WorkQueue
-from gm.upstream import UpstreamStatus
 from gm.workers import WorkerConfig
 from shared import apis
 from shared.logs import event

@@ -6,7 +6,7 @@ the reverse, so nothing that can still produce a report outlives the store: stop
 accepting HTTP (in-flight handlers finish their commit), stop the link, stop managers,
 then flush pending commits and close the database.
 
-The link to the GM lives in lc/link.py and is plugged in through `link_factory`: it
+The link to the GM lives in lc/link/dialer.py and is plugged in through `link_factory`: it
 receives this LocalController (see `Link`/`LinkFactory`) and drives `apply_*` for
 downstream objects and the store's outbox (`pending`, `ack`, `wait_outbox`) upstream.
 Without a link the LC still accepts and durably stores every report.

@@ -30,9 +30,9 @@ def _version() -> str:
 
 
 def _link_factory() -> LinkFactory | None:
-    """The GM link from lc/link.py when that module is present."""
+    """The GM link from lc/link/dialer.py when that module is present."""
     try:
-        from lc import link  # optional until the link lands
+        from lc.link import dialer as link  # optional until the link lands
     except ImportError:
         return None
     return getattr(link, "link_factory", None)

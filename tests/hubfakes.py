@@ -1,5 +1,5 @@
 """The GM side of the hub's two Protocols as plain dicts, for tests that exercise the hub
-or the LC link without a cluster (a stand-in for gm/edge.py's informer view)."""
+or the LC link without a cluster (a stand-in for gm/edge/objects.py's informer view)."""
 
 from __future__ import annotations
 

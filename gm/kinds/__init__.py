@@ -1,8 +1,8 @@
 """One module per reconciled kind: its declaration, its pure `build` and its pure `status`.
 
 `DECLARATIONS` is the list the GM runs (gm/app.py builds one generic controller per entry,
-gm/controllers/reconciler.py), and the kinds whose reports it takes (gm/upstream.py) and
-whose objects it sends to the edge (gm/edge.py). A kind module imports from gm/controllers
+gm/controllers/reconciler.py), and the kinds whose reports it takes (gm/edge/status.py) and
+whose objects it sends to the edge (gm/edge/objects.py). A kind module imports from gm/controllers
 (declare, conditions), gm/workers (the child builders) and gm/reports (report rules), never
 from another kind module; what two kinds share lives in a module of its own here.
 """

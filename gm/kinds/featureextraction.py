@@ -38,8 +38,8 @@ from gm.controllers.declare import (
     sedna_gvr,
     uses_models,
 )
+from gm.edge.reports import metrics_report
 from gm.kube.resources import DEPLOYMENTS, SERVICES
-from gm.reports import metrics_report
 from gm.workers.children import Owner, build_deployment, build_service, check_label_value, owner_of
 from gm.workers.deployspec import InlineDeployment, check_selector_kept, inline_deployment
 from gm.workers.errors import InvalidSpec

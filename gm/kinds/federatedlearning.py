@@ -7,7 +7,7 @@ and a Warning event). A finished job whose spec was not edited since gets no pod
 
 What the workers wait on (a pod stuck terminating, a node that does not exist, no node
 that fits) is the `Waiting` condition, and a trainer bound to a missing node is not counted
-as active. The builders are gm/workers/federated.py; round reports are gm/upstream.py's.
+as active. The builders are gm/workers/federated.py; round reports are gm/edge/status.py's.
 """
 
 from __future__ import annotations

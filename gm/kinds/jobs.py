@@ -48,9 +48,9 @@ from gm.controllers.declare import (
     Owns,
     Watches,
 )
+from gm.edge.order import parse_time
+from gm.edge.reports import metrics_report
 from gm.kube.resources import PODS
-from gm.reportorder import parse_time
-from gm.reports import metrics_report
 from gm.workers.children import Owner, build_pod
 from gm.workers.errors import InvalidSpec
 from gm.workers.storage import StoragePlan

@@ -20,7 +20,7 @@ from gm.controllers.declare import (
     Owns,
     uses_models,
 )
-from gm.reports import metrics_report
+from gm.edge.reports import metrics_report
 from gm.workers import build_ji_children
 from shared import apis
 from shared.objects import deep_get

@@ -47,9 +47,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gm.controllers.declare import Observed
-from gm.hub import ReportInvalid
+from gm.edge.reports import ReportInvalid, field
 from gm.kube.resources import PODS
-from gm.reports import field
 from gm.workers.jointinference import go_json
 from shared.objects import deep_get, label_prefix
 

@@ -39,8 +39,8 @@ from typing import Any
 
 from gm.controllers.conditions import deployment_active, deployment_failed, exclusive
 from gm.controllers.declare import Build, KindDeclaration, Observed, Owns
+from gm.edge.reports import metrics_report
 from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
-from gm.reports import metrics_report
 from gm.workers.children import (
     Owner,
     build_deployment,

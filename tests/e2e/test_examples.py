@@ -23,7 +23,7 @@ import yaml
 from devcluster.runtime import ImageEntry
 from lc.app import LocalController
 from lc.config import load
-from lc.link import link_factory
+from lc.link.dialer import link_factory
 from shared import apis
 from tests.conftest import eventually
 

@@ -3,7 +3,7 @@
 `Widget` (widgets.sedna.io, a CRD this test installs) owns a Deployment, updated in place,
 and one Pod per `spec.workers`, recreated on an edit; its status counts its running
 workers; it is placed on the nodes its workers run on. Everything it does, the generic
-reconciler and the edge (gm/controllers/reconciler.py, gm/edge.py) do from this
+reconciler and the edge (gm/controllers/reconciler.py, gm/edge/objects.py) do from this
 declaration, which is all a new kind is.
 """
 

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from gm.controllers.common import DATASETS, FL, JI, MODELS
-from gm.edge import CREDENTIAL_ANNOTATION
+from gm.edge.objects import CREDENTIAL_ANNOTATION
 from gm.kube.resources import GVR, SECRETS
 from proto import (
     BARE_HEADER,

@@ -3,7 +3,7 @@
 The LC evaluates the triggers and reports each stage Ready with its input; the GM runs the
 stage's pod, the pod's end (the dev cluster's `devcluster.sedna.io/phase` annotation) moves
 the stage on, and Deploy/Ready restarts the inference pod on the deployed model. Reports go
-through gm/upstream.py's handler (real StatusWriter, real API server), in upstream's bodies.
+through gm/edge/status.py's handler (real StatusWriter, real API server), in upstream's bodies.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 
 from gm.controllers.common import DATASETS, MODELS, PODS
 from gm.controllers.declare import sedna_gvr
+from gm.edge.status import UpstreamStatus
 from gm.kinds import learning
 from gm.kube.errors import NotFound
 from gm.kube.status import StatusWriter
-from gm.upstream import UpstreamStatus
 from proto import Message, Op
 from shared import apis
 from tests.conftest import eventually

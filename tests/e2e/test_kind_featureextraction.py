@@ -8,11 +8,11 @@ import copy
 from typing import Any
 
 from gm.controllers.declare import sedna_gvr
+from gm.edge.order import FIELD
+from gm.edge.status import UpstreamStatus
 from gm.kube.errors import NotFound
 from gm.kube.resources import DEPLOYMENTS
 from gm.kube.status import StatusWriter
-from gm.reportorder import FIELD
-from gm.upstream import UpstreamStatus
 from proto import Message, Op
 from shared import apis
 from tests.conftest import eventually

@@ -1,6 +1,6 @@
 """The LC link against a real GM hub on a random port, with the real LC store and managers.
 
-The GM side is gm.hub.Hub with in-memory source/handler classes written here; the LC side
+The GM side is gm.edge.hub.Hub with in-memory source/handler classes written here; the LC side
 is a real LocalController (SQLite on a temp file, real managers) whose link is either the
 production `link_factory` or a GMLink built with short timings for restart scenarios.
 """
@@ -17,10 +17,11 @@ import aiohttp
 import pytest
 from aiohttp import WSMsgType, web
 
-from gm.hub import Hub, ReportDeferred
+from gm.edge.hub import Hub
+from gm.edge.reports import ReportDeferred
 from lc.app import LocalController
 from lc.config import LCConfig
-from lc.link import GMLink, LinkSettings, link_factory
+from lc.link.dialer import GMLink, LinkSettings, link_factory
 from proto import MAX_FRAME_BYTES, SUBPROTOCOL, Message, Op, decode_native, encode_native, hello
 from shared.server_limits import ServerLimits, guarded_runner
 from tests.conftest import eventually
@@ -598,7 +599,7 @@ async def test_suspects_recorded_before_a_restart_are_sent_one_at_a_time(
     """The suspect horizon is in the store: a restarted LC probes from its first session, so
     the GM closes on the poisoned report once, not once for the whole window."""
     assert lc.store is not None
-    caplog.set_level(logging.INFO, logger="sedna.gm.hub")
+    caplog.set_level(logging.INFO, logger="sedna.gm.edge.hub")
     server = HubServer(source, handler)
     server.max_frame_bytes = 4096
     await server.start()

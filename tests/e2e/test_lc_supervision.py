@@ -14,7 +14,7 @@ import lc.app
 import lc.managers.base
 import lc.managers.dataset
 from lc.app import LocalController
-from lc.link import GMLink
+from lc.link.dialer import GMLink
 from lc.managers.dataset import DatasetManager
 from lc.store import Store
 from shared.tasks import Restart

@@ -23,7 +23,7 @@ from gm.controllers.common import DATASETS
 from gm.kube.resources import PODS, SECRETS
 from lc.app import LocalController
 from lc.config import LCConfig
-from lc.link import GMLink, link_factory
+from lc.link.dialer import GMLink, link_factory
 from proto import SUBPROTOCOL
 from shared.tls import client_context
 from tests.conftest import eventually

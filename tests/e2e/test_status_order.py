@@ -1,6 +1,6 @@
 """Status never moves backwards: replayed, late and deferred reports against the dev cluster.
 
-The first tests drive gm/upstream.py's handler directly (real StatusWriter, real API server)
+The first tests drive gm/edge/status.py's handler directly (real StatusWriter, real API server)
 with reports in the orders an LC can produce: replays, older seqs, a new outbox epoch,
 upstream reports ordered by their own time. The last one is the reproduction of the
 field report: a real GM and a real LC, JI status writes failing half the time, twenty
@@ -21,14 +21,14 @@ import pytest
 
 from devcluster.faults import ErrorRule
 from gm.controllers.common import DATASETS, FL, JI, MODELS
-from gm.hub import ReportDeferred
+from gm.edge.order import FIELD
+from gm.edge.reports import ReportDeferred
+from gm.edge.status import UpstreamStatus
 from gm.kube.resources import GVR
 from gm.kube.status import StatusWriter
-from gm.reportorder import FIELD
-from gm.upstream import UpstreamStatus
 from lc.app import LocalController
 from lc.config import load
-from lc.link import GMLink, LinkSettings
+from lc.link.dialer import GMLink, LinkSettings
 from proto import Message, Op
 from tests.conftest import eventually
 from tests.e2e.conftest import load_example

@@ -18,7 +18,7 @@ import orjson
 from gm.kube.resources import GVR
 from lc.app import LocalController
 from lc.config import load
-from lc.link import link_factory
+from lc.link.dialer import link_factory
 from tests.conftest import eventually
 from tests.e2e.conftest import load_example
 

@@ -25,8 +25,8 @@ from devcluster import schema as server_schema
 from devcluster.cluster import KubeYamlLoader
 from gm.config import parse_config
 from gm.controllers.declare import KindDeclaration
+from gm.edge.order import FIELD
 from gm.kinds import DECLARATIONS
-from gm.reportorder import FIELD
 from lc.config import load as load_lc_config
 from shared import apis
 

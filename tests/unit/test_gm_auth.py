@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gm.auth import (
+from gm.config import ConfigError, parse_config
+from gm.edge.auth import (
     AuthConfigError,
     FileTable,
     NodeAuth,
@@ -17,7 +18,6 @@ from gm.auth import (
     TokenReviewAuth,
     Unauthenticated,
 )
-from gm.config import ConfigError, parse_config
 from gm.kube.tokenreview import NODE_NAME_EXTRA, TokenReviewResult, parse_review, review_body
 
 TOKEN_1 = "a" * 32

@@ -1,4 +1,4 @@
-"""The pure rules of gm/edge.py: credential annotation, downstream copies (node assignment is
+"""The pure rules of gm/edge/objects.py: credential annotation, downstream copies (node assignment is
 the registry's placement, tests/unit/test_placement.py)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import copy
 
 import pytest
 
-from gm.edge import (
+from gm.edge.objects import (
     CREDENTIAL_ANNOTATION,
     credential_annotation,
     credential_name,

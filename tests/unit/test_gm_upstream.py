@@ -1,12 +1,11 @@
-"""The pure parts of gm/upstream.py: report parsing, metric conversion, round handling."""
+"""The pure parts of gm/edge/status.py: report parsing, metric conversion, round handling."""
 
 from __future__ import annotations
 
 import pytest
 
-from gm.hub import ReportInvalid, ReportRefused
-from gm.kube.status import StatusWriter
-from gm.upstream import (
+from gm.edge.reports import ReportInvalid, ReportRefused
+from gm.edge.status import (
     FLReport,
     UpstreamStatus,
     advance_round,
@@ -20,6 +19,7 @@ from gm.upstream import (
     set_sample_count,
     to_metrics,
 )
+from gm.kube.status import StatusWriter
 from proto import Message, Op
 
 NOW = "2025-03-01T10:00:00Z"

@@ -14,8 +14,9 @@ import pytest
 from aiohttp import WSMsgType, web
 
 import proto
-from gm.auth import NodeAuth, NodeTokens, NodeTokenTable, TokenReviewAuth
-from gm.hub import MAX_HELD, Hub, ReportDeferred, ReportInvalid, _Holds
+from gm.edge.auth import NodeAuth, NodeTokens, NodeTokenTable, TokenReviewAuth
+from gm.edge.hub import MAX_HELD, Hub, _Holds
+from gm.edge.reports import ReportDeferred, ReportInvalid
 from gm.kube.errors import Unavailable
 from gm.kube.tokenreview import NODE_NAME_EXTRA, TokenReviewResult
 from proto import SUBPROTOCOL, Message, Op, decode_native, encode_native
@@ -327,7 +328,7 @@ async def test_handler_outcomes(make_hub: HubFactory, http: aiohttp.ClientSessio
     assert [m.seq for _, m in handler.applied] == [4]
     assert (hub.stats.refused, hub.stats.deferred, hub.stats.handler_errors) == (1, 1, 1)
     assert hub.connected_nodes() == [NODE]
-    logged = {r.getMessage(): r for r in caplog.records if r.name == "sedna.gm.hub"}
+    logged = {r.getMessage(): r for r in caplog.records if r.name == "sedna.gm.edge.hub"}
     for text, seq, name in (("hub status refused", 1, "invalid"), ("hub status deferred", 2, "later"),
                             ("hub status handler failed", 3, "crash")):
         record = logged[text]  # structured: the fields, not a formatted message
@@ -625,7 +626,7 @@ async def test_upstream_reconnect_learns_deletions_made_while_away(
 # ---- misc -----------------------------------------------------------------------------------
 
 
-@pytest.mark.expect_log_errors(r"^sedna.gm.hub: hub cannot send$")
+@pytest.mark.expect_log_errors(r"^sedna.gm.edge.hub: hub cannot send$")
 async def test_object_that_cannot_be_encoded_is_skipped(make_hub: HubFactory, http: aiohttp.ClientSession,
                                                         caplog: pytest.LogCaptureFixture) -> None:
     hub, url = await make_hub(max_frame_bytes=4096)

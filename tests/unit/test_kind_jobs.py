@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from gm.controllers.declare import Observed
-from gm.hub import ReportInvalid
+from gm.edge.reports import ReportInvalid
 from gm.kinds import jobs, reid
 from gm.workers.errors import InvalidSpec
 from shared.objects import find_condition, spec_hash_of

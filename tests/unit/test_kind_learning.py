@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gm.hub import ReportInvalid
+from gm.edge.reports import ReportInvalid
 from gm.kinds import learning
 from gm.kinds.learning import (
     COMPLETED,

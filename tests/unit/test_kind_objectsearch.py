@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from gm.controllers.declare import Dependencies, Observed
-from gm.hub import ReportInvalid
+from gm.edge.reports import ReportInvalid
 from gm.kinds import DECLARATIONS, multiedge, objectsearch, objecttracking
 from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
 from gm.workers import MANAGED_BY, InvalidSpec, SpecError, WorkerConfig

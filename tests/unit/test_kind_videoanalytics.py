@@ -8,9 +8,9 @@ import copy
 import pytest
 
 from gm.controllers.declare import Dependencies
+from gm.edge.reports import metrics_report
 from gm.kinds import jobs, videoanalytics
 from gm.kube.resources import PODS, SERVICES
-from gm.reports import metrics_report
 from gm.workers import MANAGED_BY
 from gm.workers.errors import InvalidSpec, MissingDependency
 from shared.objects import spec_hash_of

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from lc.errors import ResourceError
-from lc.link import LinkSettings
-from lc.link_apply import DELETE, DownstreamApplier, DownstreamQueue, Sweep, Upsert, object_key
-from lc.link_backoff import Backoff
-from lc.link_window import InFlight
+from lc.link.apply import DELETE, DownstreamApplier, DownstreamQueue, Sweep, Upsert, object_key
+from lc.link.backoff import Backoff
+from lc.link.dialer import LinkSettings
+from lc.link.window import InFlight
 from lc.store import OutboxEntry
 
 TIMEOUT = 5.0

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 import proto
-from gm.hub import ReportRefused
+from gm.edge.reports import ReportRefused
+from gm.edge.status import UpstreamStatus
 from gm.kube.status import StatusWriter
-from gm.upstream import UpstreamStatus
 from shared import apis
 
 NS = "default"

@@ -1,10 +1,10 @@
-"""The ordering rule of gm/reportorder.py: which report may be applied over the recorded one."""
+"""The ordering rule of gm/edge/order.py: which report may be applied over the recorded one."""
 
 from __future__ import annotations
 
 import pytest
 
-from gm.reportorder import (
+from gm.edge.order import (
     FIELD,
     MAX_NODES,
     Guard,

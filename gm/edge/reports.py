@@ -3,7 +3,7 @@
 A report body is upstream's content JSON (upstream-lc.md §2.7, §3.4): each parser checks it
 into a small typed value, raising `ReportInvalid` with what is wrong, and each mutation
 changes a status dict the way the report asks (idempotent; it may run once per write
-attempt). gm/upstream.py applies them through the status writer, in report order; the kind
+attempt). gm/edge/status.py applies them through the status writer, in report order; the kind
 modules (gm/kinds) name the rule their reports follow. Keys are matched case-insensitively
 when there is no exact match, as Go's decoder does for upstream's GM.
 """
@@ -17,7 +17,6 @@ from typing import Any
 
 import orjson
 
-from gm.hub import ReportInvalid
 from shared import apis
 from shared.objects import find_condition, set_condition
 
@@ -28,6 +27,26 @@ _MAX_COUNT = 2**63 - 1
 _FINISHED_TYPES = ("Complete", "Failed")
 
 Metric = dict[str, str]
+
+
+# -- what becomes of a report ----------------------------------------------------------
+
+
+class ReportError(Exception):
+    """Base of the errors a status handler raises to steer the hub: what becomes of a report."""
+
+
+class ReportRefused(ReportError):
+    """The report will never be applied (wrong node, bad content): refuse it and ack with the reason."""
+
+
+class ReportInvalid(ReportRefused):
+    """The report's content does not have the shape its kind requires."""
+
+
+class ReportDeferred(ReportError):
+    """The report could not be applied now (e.g. API server down): no ack, the LC resends."""
+
 
 
 # -- parsing (pure) ---------------------------------------------------------------------

@@ -42,9 +42,9 @@ import aiohttp
 from aiohttp import WSMsgType
 
 from lc.errors import StoreError
-from lc.link_apply import DownstreamApplier, object_key
-from lc.link_state import LinkInfo, LinkMetrics
-from lc.link_window import InFlight
+from lc.link.apply import DownstreamApplier, object_key
+from lc.link.state import LinkInfo, LinkMetrics
+from lc.link.window import InFlight
 from lc.store import OutboxEntry, Store
 from proto import (
     CLOSE_DEAD,

@@ -43,7 +43,7 @@ from gm.kube.resources import SECRETS
 from gm.kube.tokenreview import TokenReviewResult, review_token
 from shared.logs import event
 
-log = logging.getLogger("sedna.gm.auth")
+log = logging.getLogger("sedna.gm.edge.auth")
 
 NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 MIN_TOKEN_LENGTH = 16  # shorter strings are guessable, not secrets

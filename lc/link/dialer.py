@@ -13,7 +13,7 @@ What it fixes relative to upstream's LC (upstream-lc.md section 3 and B-9..B-15)
   with jitter instead of looping every 5 s or, after a failed hello, not waiting at all.
 - Mode is negotiated: the link offers the native subprotocol and falls back to
   upstream's JSON envelope on the same connection when the GM does not pick it. Upstream
-  mode has no acks (see lc/link_session.py for what that costs).
+  mode has no acks (see lc/link/session.py for what that costs).
 
 The LocalController owns the link through its seam (`link_factory(lc)`, then the LC runs
 `run()` as its `lc-link` task and cancels it on shutdown). `start()`/`stop()` give the
@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from lc.errors import ConfigError
-from lc.link_apply import DownstreamApplier, ObjectSink
-from lc.link_backoff import Backoff
-from lc.link_session import Session, SessionEnded, SessionParams
-from lc.link_state import BACKOFF, CONNECTED, CONNECTING, STOPPED, LinkInfo, LinkMetrics
+from lc.link.apply import DownstreamApplier, ObjectSink
+from lc.link.backoff import Backoff
+from lc.link.session import Session, SessionEnded, SessionParams
+from lc.link.state import BACKOFF, CONNECTED, CONNECTING, STOPPED, LinkInfo, LinkMetrics
 from lc.store import Store
 from proto import MAX_FRAME_BYTES, SUBPROTOCOL, ObjKey
 from shared.logs import event

@@ -5,7 +5,7 @@ reporting node) to `UpstreamStatus.handle_status`. Each handler parses the repor
 small typed value first (pure, raising `ReportInvalid` with what is wrong), then writes
 through `StatusWriter.update`: the change is a mutation of the *latest* status, so what the
 reconcilers wrote survives, and a mutation that changes nothing writes nothing. Every
-mutation is guarded by the ordering rule of gm/reportorder.py: it applies only if the report
+mutation is guarded by the ordering rule of gm/edge/order.py: it applies only if the report
 is newer than the last one applied from that node (recorded in `status.lastReports`), so a
 replayed, late or deferred report never moves a status backwards.
 
@@ -32,14 +32,12 @@ from typing import Any
 
 from gm.controllers.common import DATASETS, FL, MODELS
 from gm.controllers.declare import ReportRule, sedna_gvr
-from gm.hub import ReportDeferred, ReportInvalid, ReportRefused
-from gm.kinds import report_rules
-from gm.kube.errors import ApiError, Conflict, Invalid, NotFound
-from gm.kube.resources import GVR
-from gm.kube.status import StatusResult, StatusWriter
-from gm.reportorder import Guard, ReportStamp
-from gm.reports import (  # noqa: F401 - the parsers and mutations are re-exported
+from gm.edge.order import Guard, ReportStamp
+from gm.edge.reports import (  # noqa: F401 - the parsers and mutations are re-exported
     FLReport,
+    ReportDeferred,
+    ReportInvalid,
+    ReportRefused,
     advance_round,
     field,
     metric_value,
@@ -53,12 +51,16 @@ from gm.reports import (  # noqa: F401 - the parsers and mutations are re-export
     set_sample_count,
     to_metrics,
 )
+from gm.kinds import report_rules
+from gm.kube.errors import ApiError, Conflict, Invalid, NotFound
+from gm.kube.resources import GVR
+from gm.kube.status import StatusResult, StatusWriter
 from proto import Message
 from shared import apis
 from shared.logs import event
 from shared.objects import deep_get, now_rfc3339
 
-log = logging.getLogger("sedna.gm.upstream")
+log = logging.getLogger("sedna.gm.edge.status")
 
 
 # -- the handler ------------------------------------------------------------------------

@@ -18,7 +18,7 @@ Why it looks the way it does (each point fixes an upstream weakness, see the GM 
 - A deferred report is not overtaken: until it is applied (the LC resends what has no ack),
   later reports of the session for the same object are held, unacked, and applied in seq
   order right after it. The handler is given the LC's outbox epoch with each report so it
-  can order them across sessions too (gm/reportorder.py).
+  can order them across sessions too (gm/edge/order.py).
 - Peers that do not offer the native subprotocol get upstream's JSON envelope exactly
   as upstream LCs expect it: inserts and deletes, no snapshot markers, no acks, and only
   the kinds upstream's GM sends (an upstream LC has no manager for the others).
@@ -37,7 +37,8 @@ from urllib.parse import urlsplit
 
 from aiohttp import WSMsgType, web
 
-from gm.auth import AuthError, NodeAuth
+from gm.edge.auth import AuthError, NodeAuth
+from gm.edge.reports import ReportDeferred, ReportRefused
 from proto import (
     CLOSE_DEAD,
     CLOSE_GOING_AWAY,
@@ -67,7 +68,7 @@ from shared import apis
 from shared.logs import event
 from shared.tasks import until_first_done
 
-log = logging.getLogger("sedna.gm.hub")
+log = logging.getLogger("sedna.gm.edge.hub")
 
 CLOSE_INTERNAL_ERROR = 1011
 _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -94,22 +95,6 @@ class StatusHandler(Protocol):
     ordered only within it."""
 
     async def handle_status(self, node: str, message: Message, *, epoch: str = "") -> None: ...
-
-
-class HubError(Exception):
-    """Base of the errors a StatusHandler raises to steer the hub."""
-
-
-class ReportRefused(HubError):
-    """The report will never be applied (wrong node, bad content): refuse it and ack with the reason."""
-
-
-class ReportInvalid(ReportRefused):
-    """The report's content does not have the shape its kind requires."""
-
-
-class ReportDeferred(HubError):
-    """The report could not be applied now (e.g. API server down): no ack, the LC resends."""
 
 
 @dataclass(slots=True)
