@@ -17,16 +17,9 @@ Two modes, fixed at dial time by whether the GM picked the native subprotocol:
   into a connection that dies before the GM reads it is lost. That is the price of
   talking to a GM that cannot acknowledge.
 
-Poison isolation (native). A report whose frame the GM cannot decode makes the GM close
-the session with a protocol error, and would do so again on every replay, holding back
-every report behind it. The LC cannot tell which of the reports in flight was at fault,
-so it records them as suspects (the highest suspect seq, persisted in the store), and
-the following sessions send suspects one at a time: a session closed with a protocol
-error while one suspect is alone in flight convicts it (dead letter, reason "protocol"),
-and a suspect acked, or not closed on within the ack timeout, is cleared. Past the last
-suspect the window opens again. The worker API refuses such reports at the door
-(lc/dispatch.py), so this guards against reports stored before that check existed or
-a GM whose limits differ.
+Poison reports (native): a report whose frame the GM refuses is found and dead-lettered
+without holding back the others by lc/link/quarantine.py; the session asks it how many
+reports it may send and hands it the session's end when the GM closed over a frame.
 """
 
 from __future__ import annotations
@@ -43,6 +36,7 @@ from aiohttp import WSMsgType
 
 from lc.errors import StoreError
 from lc.link.apply import DownstreamApplier, object_key
+from lc.link.quarantine import FRAME_REFUSED_CODES, Quarantine
 from lc.link.state import LinkInfo, LinkMetrics
 from lc.link.window import InFlight
 from lc.store import OutboxEntry, Store
@@ -51,7 +45,6 @@ from proto import (
     CLOSE_GOING_AWAY,
     CLOSE_PROTOCOL_ERROR,
     CLOSE_REPLACED,
-    CLOSE_UNSUPPORTED_DATA,
     PROTOCOL_VERSIONS,
     Message,
     ObjKey,
@@ -64,7 +57,6 @@ from proto import (
     encode_upstream,
     hello,
 )
-from proto.errors import CLOSE_INVALID_PAYLOAD, CLOSE_MESSAGE_TOO_BIG
 from proto.limits import check_json_like
 from shared import apis
 from shared.logs import event
@@ -73,10 +65,6 @@ from shared.tasks import until_first_done
 log = logging.getLogger(__name__)
 
 CLOSE_INTERNAL_ERROR = 1011
-FRAME_REFUSED_CODES = frozenset({CLOSE_PROTOCOL_ERROR, CLOSE_UNSUPPORTED_DATA,
-                                 CLOSE_INVALID_PAYLOAD, CLOSE_MESSAGE_TOO_BIG})
-"""Close codes with which a GM says a frame it received was unacceptable."""
-SUSPECTS_KEY = "link.suspect_upto"
 
 
 class SessionEnded(Exception):
@@ -125,11 +113,11 @@ class Session:
         self._inflight = InFlight(limit=params.window, ack_timeout=params.ack_timeout)
         self._room = asyncio.Event()
         self._acks: asyncio.Queue[tuple[int, str | None]] = asyncio.Queue()  # (seq, refusal)
-        self._suspect_upto = 0  # reports with seq <= this go one at a time (see module doc)
-        self._probe: tuple[int, float] | None = None  # (seq, sent at) of the suspect in flight
         self._seen: set[ObjKey] | None = None  # keys upserted since snapshot begin
         self._snapshot_frames = 0
         self._loop = asyncio.get_running_loop()
+        self._quarantine = Quarantine(store, ack_timeout=params.ack_timeout, clock=self._loop.time,
+                                      shielded=_unless_cancelled)
 
     @property
     def mode(self) -> str:
@@ -142,7 +130,7 @@ class Session:
     async def run(self, on_established: Callable[[Session], None]) -> None:
         """Handshake, then run the session's tasks until one of them ends it."""
         if self.native:
-            self._suspect_upto = await self._load_suspects()
+            await self._quarantine.load(within=self.p.hello_timeout)
         await self._handshake()
         on_established(self)
         tasks = [asyncio.create_task(self._read_loop(), name="lc-link-read"),
@@ -157,63 +145,11 @@ class Session:
             await self._flush_acks()
         end = _first_end(done)
         if self.native and end.peer_code in FRAME_REFUSED_CODES:
-            await self._isolate(end)
+            convicted = await self._quarantine.isolate(end.reason, self._inflight,
+                                                       within=self.p.ack_flush_timeout)
+            if convicted is not None:
+                self._count_dead(convicted, "protocol", end.reason)
         raise end
-
-    # ---- poison isolation ------------------------------------------------------------
-
-    async def _load_suspects(self) -> int:
-        try:
-            async with asyncio.timeout(self.p.hello_timeout):
-                return int(await self._store.get_meta(SUSPECTS_KEY) or 0)
-        except (StoreError, ValueError, TimeoutError) as exc:
-            event(log, "suspect reports unknown, sending normally", level=logging.WARNING,
-                  error=str(exc) or "timeout")
-            return 0
-
-    def _careful(self, cursor: int) -> bool:
-        """Whether the next report to send is a suspect (sent alone)."""
-        return cursor < self._suspect_upto
-
-    def _probe_busy(self) -> bool:
-        """A suspect is alone in flight and has neither been acked nor outlived the timeout."""
-        if self._probe is None:
-            return False
-        seq, sent_at = self._probe
-        if seq not in self._inflight or self._loop.time() - sent_at >= self.p.ack_timeout:
-            self._probe = None
-            return False
-        return True
-
-    async def _isolate(self, end: SessionEnded) -> None:
-        """The GM refused a frame: convict the lone suspect, or suspect what was in flight."""
-        probe, self._probe = self._probe, None
-        try:
-            async with asyncio.timeout(self.p.ack_flush_timeout):
-                if probe is not None and probe[0] in self._inflight:
-                    await _unless_cancelled(self._store.dead_letter(
-                        probe[0], reason="protocol", error=end.reason))
-                    self._count_dead(probe[0], "protocol", end.reason)
-                elif len(self._inflight):
-                    upto = max(self._suspect_upto, *self._inflight_seqs())
-                    await _unless_cancelled(self._store.put_meta(SUSPECTS_KEY, str(upto)))
-                    event(log, "GM refused a frame; reports in flight are sent one at a time "
-                          "next", level=logging.WARNING, suspects=len(self._inflight),
-                          upto=upto, error=end.reason)
-        except (StoreError, TimeoutError) as exc:
-            event(log, "suspect reports not recorded", level=logging.WARNING,
-                  error=str(exc) or "timeout")
-
-    def _inflight_seqs(self) -> list[int]:
-        return [e.seq for e in self._inflight.overdue(float("inf"))]
-
-    async def _clear_suspects(self) -> None:
-        self._suspect_upto = 0
-        try:
-            await _unless_cancelled(self._store.put_meta(SUSPECTS_KEY, None))
-        except StoreError as exc:
-            raise SessionEnded(f"cannot clear suspect reports: {exc}",
-                               code=CLOSE_INTERNAL_ERROR) from exc
 
     # ---- handshake -------------------------------------------------------------------
 
@@ -360,11 +296,9 @@ class Session:
         while True:
             for entry in self._inflight.overdue(self._loop.time()):
                 await self._send_report(entry, resend=True)
-            if self._suspect_upto and not self._careful(cursor) and not self._probe_busy():
+            if self._quarantine.can_clear(cursor + 1, self._inflight):
                 await self._clear_suspects()
-            room = self._inflight.room()
-            if self._careful(cursor):
-                room = 0 if self._probe_busy() else 1
+            room = self._quarantine.room(cursor + 1, self._inflight, self._inflight.room())
             if room == 0:
                 await self._wait_room(self._wait_budget())
                 continue
@@ -379,9 +313,9 @@ class Session:
             await self._store.wait_outbox(cursor, within=self._wait_budget())
             return cursor
         for entry in entries:
-            probe = self._careful(cursor)
+            probe = self._quarantine.is_suspect(cursor + 1)
             if await self._send_report(entry, resend=False) and probe:
-                self._probe = (entry.seq, self._loop.time())
+                self._quarantine.probing(entry.seq)
             cursor = entry.seq
         return cursor
 
@@ -439,6 +373,13 @@ class Session:
         if resend:
             self._info.resent += 1
             self._metrics.reports.inc("resent")
+
+    async def _clear_suspects(self) -> None:
+        try:
+            await self._quarantine.clear()
+        except StoreError as exc:
+            raise SessionEnded(f"cannot clear suspect reports: {exc}",
+                               code=CLOSE_INTERNAL_ERROR) from exc
 
     async def _drop(self, entry: OutboxEntry, error: str) -> None:
         """An entry that can never be sent: move it to the dead letters with the reason."""

@@ -13,6 +13,7 @@ Pure bookkeeping: the caller supplies the clock readings.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from lc.store import OutboxEntry
@@ -47,6 +48,10 @@ class InFlight:
 
     def __contains__(self, seq: object) -> bool:
         return seq in self._flights
+
+    def __iter__(self) -> Iterator[int]:
+        """The seqs in flight, in the order they were first sent."""
+        return iter(list(self._flights))
 
     def room(self) -> int:
         """How many more reports may be sent before an ack frees a slot."""
