@@ -9,14 +9,19 @@ store first and then handed to their manager, so a restarted LC replays them (`r
 
 A report is checked against the GM's own limits (proto/limits.py) before anything is
 stored or looked up: a report the GM could not decode would otherwise be answered 200
-and then never delivered. Every outbox entry a manager builds is checked the same way.
+and then never delivered. Every outbox entry a manager builds is checked the same way,
+and so is the size of the status it would write (MAX_STATUS_JSON): an object the API
+server refuses would fail every status write of its CR.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
+
+import orjson
 
 from lc.errors import ReportError, ResourceError
 from lc.managers.base import Manager, Outgoing
@@ -40,6 +45,12 @@ log = logging.getLogger(__name__)
 
 Route = Literal["forwarded", "ignored", "unrouted"]
 ResourceKey = tuple[str, str, str]
+
+MAX_STATUS_JSON = 1 << 20
+"""The most JSON one report may put into a CR status. The API server refuses an object over
+~1.5 MiB (etcd's request limit) and the GM keeps a report's content in the status as JSON
+text (a metric's value, a learning condition's `data`), so the content is measured as JSON
+inside a JSON string, the larger of the two, with 0.5 MiB left for the rest of the object."""
 
 
 class Dispatcher:
@@ -183,10 +194,30 @@ def check_relayable(report: WorkerReport) -> None:
         check_name("ownerKind", report.owner_kind, MAX_KIND)
         check_text(report.kind, "kind")
         check_text(report.status, "status")
-        check_json_like(status_body(report, include_models=True), "report")
+        body = status_body(report, include_models=True)
+        check_json_like(body, "report")
     except InvalidFrame as exc:
         raise ReportError(f"report of worker(name={report.name[:MAX_NAME]}) cannot be relayed "
                           f"to the GM: {exc}", reason="limits") from None
+    check_status_size(body, f"report of worker(name={report.name})")
+
+
+def check_status_size(body: Any, what: str) -> None:
+    """Refuse (413) a status body that would not fit in a CR status (MAX_STATUS_JSON)."""
+    size = status_json_size(body)
+    if size > MAX_STATUS_JSON:
+        raise ReportError(f"{what} would put {size} bytes of JSON into the status, more than "
+                          f"the {MAX_STATUS_JSON} an object the API server takes leaves room "
+                          f"for", status=413, reason="status_too_large")
+
+
+def status_json_size(body: Any) -> int:
+    """The length of `body` as JSON text quoted in a JSON string: how the GM stores it."""
+    try:
+        text = orjson.dumps(body).decode()
+    except TypeError:  # not representable by orjson (e.g. an integer over 64 bits)
+        text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    return len(orjson.dumps(text))
 
 
 def _checked_entries(manager: Manager, report: WorkerReport, *, namespace: str,
@@ -200,6 +231,8 @@ def _checked_entries(manager: Manager, report: WorkerReport, *, namespace: str,
     except InvalidFrame as exc:
         raise ReportError(f"status for {namespace}/{name} cannot be relayed to the GM: {exc}",
                           reason="limits") from None
+    for entry in entries:
+        check_status_size(entry.body, f"status for {entry.kind} {namespace}/{name}")
     return entries
 
 

@@ -58,7 +58,8 @@ _REPORT_OP = {
                       "(nesting, name lengths, invalid Unicode: proto/limits.py)."),
         "406": _error("Accept header excludes JSON."),
         "408": _error("The body did not arrive within the body timeout."),
-        "413": _error(f"Body larger than {MAX_BODY} bytes."),
+        "413": _error(f"Body larger than {MAX_BODY} bytes, or a report whose content would "
+                      "put more than 1 MiB of JSON into the CR status."),
         "415": _error("Content-Type is not JSON, or Content-Encoding is not identity, gzip "
                       "or deflate."),
         "503": _error("The report could not be committed; retry."),

@@ -110,6 +110,29 @@ async def test_report_at_the_limits_is_accepted(tmp_path: Path) -> None:
         assert await lc.store.workers()
 
 
+@pytest.mark.parametrize(("owner_info", "status"), [
+    # 300 000 quotes: a 0.6 MB body, 1.2 MB once the GM quotes the content in the status
+    pytest.param({"note": '"' * 300_000}, 413, id="quotes-double-when-quoted"),
+    pytest.param({f"k{i}": {"v": '"' * 100} for i in range(3000)}, 413, id="many-values"),
+    pytest.param({"note": "x" * 900_000}, 200, id="plain-text-under-the-bound"),
+])
+async def test_report_whose_status_would_exceed_the_object_size_is_413(
+        tmp_path: Path, owner_info: dict[str, Any], status: int) -> None:
+    async with running_lc(tmp_path) as (lc, base):
+        body = _report(ownerInfo=owner_info)
+        assert len(body) < 1 << 20  # under the body limit: the status size decides
+        code, reply, _ = await _post(base, body)
+        assert (code, reply["Status"]) == (status, status), reply["Message"][:200]
+        if status == 413:
+            assert reply["Message"].startswith("report of worker(name=w1) would put ")
+            assert "bytes of JSON into the status" in reply["Message"]
+            assert await lc.store.pending() == [] and await lc.store.workers() == []
+            assert lc.store.outbox_size == 0
+            assert lc.metrics.reports_rejected.value("status_too_large") == 1
+        else:
+            assert [e.name for e in await lc.store.pending()] == ["ji"]
+
+
 # ---- bodies and requests the server cannot read -------------------------------------------
 
 async def test_corrupt_gzip_body_is_400(tmp_path: Path) -> None:
