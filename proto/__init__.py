@@ -19,6 +19,7 @@ from proto.errors import (
     UnsupportedVersion,
 )
 from proto.kinds import Canonicalize, as_sent, upstream_kind
+from proto.limits import MAX_REPORT_BYTES, MAX_REPORT_ENVELOPE_BYTES
 from proto.message import (
     MAX_FRAME_BYTES,
     OBJECT_OPS,
@@ -49,6 +50,8 @@ __all__ = [
     "CLOSE_UNSUPPORTED_DATA",
     "CLOSE_UNSUPPORTED_VERSION",
     "MAX_FRAME_BYTES",
+    "MAX_REPORT_BYTES",
+    "MAX_REPORT_ENVELOPE_BYTES",
     "OBJECT_OPS",
     "PROTOCOL_VERSIONS",
     "SUBPROTOCOL",

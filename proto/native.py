@@ -8,12 +8,14 @@ written to the Kubernetes API or SQLite as JSON without a second check.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
 
-from proto.errors import DecodeError, EncodeError, FrameTooLarge, InvalidFrame
-from proto.limits import MAX_FRAME_BYTES, check_json_like
+from proto.errors import DecodeError, EncodeError, FrameTooLarge, InvalidFrame, ProtocolError
+from proto.limits import MAX_CONTAINERS, MAX_FRAME_BYTES, MAX_ITEMS, check_json_like
 from proto.message import Message, Op, parse_op
 
 _FIELDS = frozenset({"op", "seq", "kind", "namespace", "name", "body"})
@@ -38,7 +40,12 @@ def encode_native(msg: Message, *, max_bytes: int = MAX_FRAME_BYTES) -> bytes:
 
 
 def decode_native(data: bytes | bytearray | memoryview | str, *, max_bytes: int = MAX_FRAME_BYTES) -> Message:
-    """The Message in a binary frame; a typed ProtocolError says what is wrong otherwise."""
+    """The Message in a binary frame; a typed ProtocolError says what is wrong otherwise.
+
+    `max_bytes` is the frame limit: MAX_FRAME_BYTES for the objects the GM sends, and
+    MAX_REPORT_BYTES where the GM decodes what an LC sends. Beyond it, what a frame may
+    cost is bounded while it is unpacked (MAX_ITEMS, MAX_CONTAINERS), before the body is
+    checked."""
     if isinstance(data, str):
         raise DecodeError("native frames are binary msgpack, got a text frame")
     if len(data) > max_bytes:
@@ -71,11 +78,36 @@ def _reject_ext(code: int, data: bytes) -> Any:
     raise DecodeError(f"msgpack extension type {code} is not allowed")
 
 
+# msgpack's words for a list or map whose header claims more entries than max_*_len.
+_TOO_LONG = re.compile(r"(\d+) exceeds max_(array|map)_len")
+
+
 def _unpack(data: bytes | bytearray | memoryview) -> Any:
     try:
-        return msgpack.unpackb(data, raw=False, strict_map_key=True, ext_hook=_reject_ext)
-    except DecodeError:
+        return msgpack.unpackb(data, raw=False, strict_map_key=True, ext_hook=_reject_ext,
+                               max_array_len=MAX_ITEMS, max_map_len=MAX_ITEMS,
+                               list_hook=(count := _container_budget()), object_hook=count)
+    except ProtocolError:
         raise
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         # ExtraData, FormatError, StackError and bad UTF-8 all derive from these.
+        if too_long := _TOO_LONG.match(str(exc)):
+            what = "list" if too_long[2] == "array" else "map"
+            raise InvalidFrame(f"a {what} holds {too_long[1]} items, the limit is {MAX_ITEMS}") from None
         raise DecodeError(f"not a msgpack frame: {exc}") from exc
+
+
+def _container_budget() -> Callable[[Any], Any]:
+    """A hook msgpack calls with each map and list once it is built: it refuses the frame
+    when they outnumber MAX_CONTAINERS (plus the frame's own map), so a frame of tiny maps
+    stops early instead of being built whole and refused by check_json_like."""
+    count = 0
+
+    def hook(container: Any) -> Any:
+        nonlocal count
+        count += 1
+        if count > MAX_CONTAINERS + 1:
+            raise InvalidFrame(f"the frame holds more than {MAX_CONTAINERS} maps and lists")
+        return container
+
+    return hook

@@ -24,6 +24,7 @@ import orjson
 
 from proto.errors import DecodeError, EncodeError, FrameTooLarge, InvalidFrame, UnknownOp
 from proto.kinds import Canonicalize, as_sent, upstream_kind
+from proto.limits import MAX_CONTAINERS
 from proto.message import MAX_FRAME_BYTES, Message, Op
 
 _HEADER_FIELDS = ("namespace", "resourceKind", "resourceName", "operation")
@@ -37,11 +38,15 @@ BARE_HEADER = '{"namespace":"","resourceKind":"","resourceName":"","operation":"
 def decode_upstream(data: str | bytes | bytearray | memoryview, *, max_bytes: int = MAX_FRAME_BYTES,
                     canonical_kind: Canonicalize = as_sent) -> Message | None:
     """The Message in an upstream frame, or None for a frame that carries nothing; the kind is
-    spelled by `canonical_kind` (see proto/kinds.py)."""
-    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    if len(raw) > max_bytes:
-        raise FrameTooLarge(len(raw), max_bytes)
-    envelope = _loads(raw, "frame")
+    spelled by `canonical_kind` (see proto/kinds.py).
+
+    `max_bytes` is the frame limit: MAX_FRAME_BYTES for objects, MAX_REPORT_ENVELOPE_BYTES
+    where the GM decodes what an LC sends. It is checked first, so the base64 content is at
+    most that long and its JSON at most 3/4 of it before either is decoded; maps and lists
+    are counted in the text before each parse."""
+    _check_size(data, max_bytes)
+    _check_containers(data, "the frame")
+    envelope = _loads(data, "frame")
     if not isinstance(envelope, dict):
         raise DecodeError(f"an upstream frame must be a JSON object, got {type(envelope).__name__}")
     header = _get_ci(envelope, "header")
@@ -101,7 +106,31 @@ def _dumps(value: Any, msg: Message) -> bytes:
         raise EncodeError(f"cannot encode {msg.op} {msg.kind} {msg.namespace}/{msg.name}: {exc}") from exc
 
 
-def _loads(raw: bytes, what: str) -> Any:
+def _check_size(data: str | bytes | bytearray | memoryview, max_bytes: int) -> None:
+    """FrameTooLarge unless `data` is at most `max_bytes` of UTF-8; a text frame is measured
+    without being copied when it is ASCII (as envelopes are: the content is base64)."""
+    if isinstance(data, str):
+        if len(data) > max_bytes:  # a character is at least one byte
+            raise FrameTooLarge(len(data), max_bytes)
+        size = len(data) if data.isascii() else len(data.encode("utf-8", "surrogatepass"))
+    else:
+        size = memoryview(data).nbytes
+    if size > max_bytes:
+        raise FrameTooLarge(size, max_bytes)
+
+
+def _check_containers(text: str | bytes | bytearray | memoryview, what: str) -> None:
+    """InvalidFrame when `text` opens more than MAX_CONTAINERS maps and lists, counted before
+    parsing (orjson has no hook to stop early, as msgpack has). A bracket inside a string
+    counts too, so this can only over-count: a real envelope has two (its content is base64)."""
+    if isinstance(text, memoryview):
+        text = text.tobytes()
+    opened = text.count("{") + text.count("[") if isinstance(text, str) else text.count(b"{") + text.count(b"[")
+    if opened > MAX_CONTAINERS:
+        raise InvalidFrame(f"{what} opens {opened} maps and lists, the limit is {MAX_CONTAINERS}")
+
+
+def _loads(raw: str | bytes | bytearray | memoryview, what: str) -> Any:
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -144,6 +173,7 @@ def _content(value: Any) -> Any:
         raw = base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError) as exc:
         raise DecodeError(f"content is not valid base64: {exc}") from exc
+    _check_containers(raw, "content")
     return _loads(raw, "content") if raw else None
 
 
