@@ -6,7 +6,8 @@ strings, many small maps, deep nesting, list headers that claim more items than 
 holds; native msgpack and the upstream JSON envelope. Each frame is decoded in its own
 subprocess, as the GM's hub decodes it (`decode_native` / `decode_upstream` with the limit
 given), and the row shows what happened, the CPU time of decode+check and the peak RSS the
-decode added on top of the process holding the frame. Not a test: prints a table.
+decode added on top of the process holding the frame (least CPU and most memory of --repeat
+runs: CPU time on a shared machine only ever reads high). Not a test: prints a table.
 
     .venv/bin/python bench/frames.py                       # this checkout's proto/
     .venv/bin/python bench/frames.py --proto-root /tmp/old # another checkout's proto/ (before/after)
@@ -71,19 +72,24 @@ CHUNK = 50_000
 """Items per list in the chunked shapes: under any per-list limit, so the whole frame is built."""
 
 
-def _chunks(item: bytes, room: int) -> tuple[bytes, int]:
-    """Lists of CHUNK items filling `room` bytes, and how many lists."""
-    chunk = _arr(CHUNK) + item * CHUNK
+def _chunks(item: bytes, room: int, per_list: int = CHUNK) -> tuple[bytes, int]:
+    """Lists of `per_list` items filling `room` bytes, and how many lists."""
+    chunk = _arr(per_list) + item * per_list
     n = room // len(chunk)
     return chunk * n, n
 
 
-def native_chunked(item: bytes) -> Callable[[int], bytes]:
-    """body {"x": [[item * CHUNK], [item * CHUNK], ...]}: the same items, in lists of CHUNK."""
+def native_chunked(item: bytes, per_list: int = CHUNK) -> Callable[[int], bytes]:
+    """body {"x": [[item * per_list], [item * per_list], ...]}: the same items, in lists."""
     def build(size: int) -> bytes:
-        chunks, n = _chunks(item, size - 64)
+        chunks, n = _chunks(item, size - 64, per_list)
         return _status_frame(_in_x(chunks, n))
     return build
+
+
+def _letters_map(n: int) -> bytes:
+    """A map of `n` distinct one-letter keys to 1."""
+    return b"\xde" + struct.pack(">H", n) + b"".join(_str(bytes([65 + i])) + b"\x01" for i in range(n))
 
 
 def native_deep(size: int) -> bytes:
@@ -139,6 +145,9 @@ SHAPES: dict[str, tuple[str, Callable[[int], bytes]]] = {
     "str2_chunks": ("native", native_chunked(_str(b"ab"))),
     "empty_map_chunks": ("native", native_chunked(b"\x80")),
     "small_map_chunks": ("native", native_chunked(b"\x81" + _str(b"a") + b"\x01")),
+    "map7_chunks": ("native", native_chunked(_letters_map(7), 1000)),
+    "map31_chunks": ("native", native_chunked(_letters_map(31), 1000)),
+    "list7_chunks": ("native", native_chunked(b"\x97" + b"\x01" * 7, 1000)),
     "deep_lists": ("native", native_deep),
     "claimed_lists": ("native", native_claimed_lists),
     "up_nested_long_keys": ("upstream", upstream_nested_long_keys),
@@ -225,6 +234,8 @@ def main() -> None:
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--frame-limit", action="store_true",
                         help="decode with MAX_FRAME_BYTES (the downstream limit) instead of the report limits")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="decodes per row (each in a fresh process): the least CPU, the most memory")
     parser.add_argument("--profile", metavar="SHAPE", help="cProfile one shape at the first size")
     args = parser.parse_args()
     limits = _limits(args.proto_root)
@@ -242,7 +253,8 @@ def main() -> None:
         for size in sizes:
             frame = build(_size(size, limits[mode]))
             limit = limits["frame"] if args.frame_limit else limits[mode]
-            r = measure(args.proto_root, mode, frame, limit)
+            runs = [measure(args.proto_root, mode, frame, limit) for _ in range(args.repeat)]
+            r = {**runs[0], "cpu": min(x["cpu"] for x in runs), "mb": max(x["mb"] for x in runs)}
             outcome = r["outcome"] if len(r["outcome"]) <= 90 else r["outcome"][:87] + "..."
             print(f"| {name:20} | {len(frame):11,} | {r['cpu']:6.3f} | {r['mb']:8.1f} | {outcome}", flush=True)
 

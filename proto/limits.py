@@ -18,7 +18,7 @@ Every check is linear in what it checks, so a frame's cost is bounded by its siz
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 from proto.errors import InvalidFrame
 
@@ -116,10 +116,16 @@ def check_json_like(value: Any, path: str) -> None:
 
 _SCALARS = frozenset({int, float, bool, type(None)})
 _LEAVES = _SCALARS | {str}
-
 _Where = tuple[Any, str | int] | None
 """Where a value sits: (where its parent sits, its key or index), None for the root. A path
 is spelled from this chain only when an error names it."""
+
+
+_NO_CHILDREN: Iterator[tuple[_Where, Any]] = iter(())
+"""What _enter returns for a map or list of scalars: nothing to push on the walk's stack."""
+_BULK = 4
+"""Maps and lists with this many entries or more get their scalars checked in bulk (one set of
+types, one join of strings); smaller ones are cheaper to check entry by entry."""
 
 
 class _Walk:
@@ -136,8 +142,10 @@ class _Walk:
         stack = [self._enter(value, None, 0)]
         while stack:
             for where, child in stack[-1]:
-                stack.append(self._enter(child, where, len(stack)))
-                break
+                children = self._enter(child, where, len(stack))
+                if children is not _NO_CHILDREN:
+                    stack.append(children)
+                    break
             else:
                 stack.pop()
 
@@ -147,53 +155,64 @@ class _Walk:
         self.containers += 1
         if self.containers > MAX_CONTAINERS:
             raise InvalidFrame(f"{self.root} holds more than {MAX_CONTAINERS} maps and lists")
-        if len(container) > MAX_ITEMS:
-            raise InvalidFrame(f"{self.path(where)} holds {len(container)} items, the limit is {MAX_ITEMS}")
+        size = len(container)
+        if size > MAX_ITEMS:
+            raise InvalidFrame(f"{self.path(where)} holds {size} items, the limit is {MAX_ITEMS}")
+        items: Iterable[tuple[Any, Any]]
         if isinstance(container, dict):
-            self._check_keys(container, where)
-            keys: Iterable[str | int] = container.keys()
-            values: Iterable[Any] = container.values()
+            try:
+                keys = "".join(container)
+            except TypeError:
+                keys = self._non_string_key(container, where)
+            if not keys.isascii() and not _valid_text(keys):
+                self._invalid_key(container, where)
+            items, values = container.items(), container.values()
         else:
-            keys, values = range(len(container)), container
-        if container and depth >= MAX_DEPTH:
-            raise InvalidFrame(f"{self.path((where, next(iter(keys))))} is nested deeper than {MAX_DEPTH} levels")
+            items, values = enumerate(container), container
+        if size and depth >= MAX_DEPTH:
+            first = next(iter(container)) if isinstance(container, dict) else 0
+            raise InvalidFrame(f"{self.path((where, first))} is nested deeper than {MAX_DEPTH} levels")
+        if size < _BULK:
+            return self._children(items, where, texts_checked=False)
         types = set(map(type, values))
         if str in types:
-            self._check_texts(keys, values, where, only_text=len(types) == 1)
+            self._check_texts(container, where, only_text=len(types) == 1)
         if types <= _LEAVES:
-            return iter(())
-        return self._children(keys, values, where)
+            return _NO_CHILDREN
+        return self._children(items, where, texts_checked=True)
 
-    def _children(self, keys: Iterable[str | int], values: Iterable[Any],
-                  where: _Where) -> Iterator[tuple[_Where, Any]]:
-        """The child maps and lists, with where they sit; other values that are not plain
-        scalars (subclasses, or what JSON cannot carry) are checked on the way."""
-        for key, item in zip(keys, values, strict=True):
+    def _children(self, items: Iterable[tuple[Any, Any]], where: _Where, *,
+                  texts_checked: bool) -> Iterator[tuple[_Where, Any]]:
+        """The child maps and lists, with where they sit; strings (unless `texts_checked`)
+        and values that are not plain scalars (subclasses, or what JSON cannot carry) are
+        checked on the way."""
+        for key, item in items:
             kind = type(item)
-            if kind in _LEAVES:
+            if kind is str:
+                if not texts_checked and not item.isascii():
+                    check_text(item, self.path((where, key)))
+            elif kind in _SCALARS:
                 continue
-            if kind is dict or kind is list or isinstance(item, dict | list):
+            elif kind is dict or kind is list or isinstance(item, dict | list):
                 yield (where, key), item
             else:
                 _check_odd(item, self.path((where, key)))
 
-    def _check_keys(self, container: dict[Any, Any], where: _Where) -> None:
-        try:
-            joined = "".join(container)
-        except TypeError:
-            bad = next(k for k in container if not isinstance(k, str))
-            raise InvalidFrame(f"{self.path(where)} has a non-string key {bad!r:.80}") from None
-        if not _valid_text(joined):
-            for key in container:
-                check_text(key, f"a key of {self.path(where)}")
+    def _non_string_key(self, container: dict[Any, Any], where: _Where) -> NoReturn:
+        bad = next(k for k in container if not isinstance(k, str))
+        raise InvalidFrame(f"{self.path(where)} has a non-string key {bad!r:.80}")
 
-    def _check_texts(self, keys: Iterable[str | int], values: Iterable[Any], where: _Where, *,
-                     only_text: bool) -> None:
+    def _invalid_key(self, container: dict[str, Any], where: _Where) -> None:
+        for key in container:
+            check_text(key, f"a key of {self.path(where)}")
+
+    def _check_texts(self, container: dict[str, Any] | list[Any], where: _Where, *, only_text: bool) -> None:
         """Check every str value at once; find the culprit only when one is invalid."""
+        values = container.values() if isinstance(container, dict) else container
         joined = "".join(values if only_text else [v for v in values if type(v) is str])
         if _valid_text(joined):
             return
-        for key, item in zip(keys, values, strict=True):
+        for key, item in container.items() if isinstance(container, dict) else enumerate(container):
             if type(item) is str:
                 check_text(item, self.path((where, key)))
 
