@@ -5,7 +5,10 @@ Why SQLite and how it is used:
   routing before (or without) reaching the GM.
 - The outbox holds every report meant for the GM under a monotonic sequence number
   (AUTOINCREMENT, so a number is never reused after acked rows are deleted); the link
-  sends `pending(...)` and deletes with `ack(...)` once the GM applied them.
+  sends `pending(...)` and deletes with `ack(...)` once the GM applied them. A row of a
+  latest-wins kind carries its fold key (lc/fold.py): the ack of the newest row of a key
+  also deletes the older rows of that key, which the link did not send (they changed
+  nothing the newest one does not overwrite), in the same transaction.
 - journal_mode=WAL with synchronous=FULL by default: a worker is answered 200 only after
   its report is committed, and FULL makes a commit survive power loss, not just a process
   crash (NORMAL in WAL mode may lose the last commits on power failure). Edge nodes lose
@@ -38,9 +41,10 @@ from typing import Any
 import orjson
 
 from lc.errors import StoreClosedError, StoreCorruptError, StoreError, StoreOpenError
+from lc.fold import fold_key
 from lc.groupcommit import BatchObserver, GroupCommitter, Op
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MAX_DEAD_LETTERS = 10_000
 DEFAULT_WORKER_TTL = 7 * 24 * 3600.0
 DEAD_LETTER_REASONS = ("refused", "unsendable", "protocol")
@@ -54,7 +58,9 @@ CREATE TABLE IF NOT EXISTS lc_resources (
 CREATE TABLE IF NOT EXISTS lc_outbox (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,
-    body TEXT NOT NULL, created_at REAL NOT NULL);
+    body TEXT NOT NULL, created_at REAL NOT NULL,
+    fold TEXT);
+CREATE INDEX IF NOT EXISTS lc_outbox_fold ON lc_outbox (fold, seq) WHERE fold IS NOT NULL;
 CREATE TABLE IF NOT EXISTS lc_job_state (
     kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,
     state TEXT NOT NULL, updated_at REAL NOT NULL,
@@ -86,6 +92,11 @@ class OutboxEntry:
     name: str
     body: Any
     created_at: float
+    fold: str | None = None  # lc/fold.py: a newer entry with this key covers this one
+
+    @property
+    def object_key(self) -> tuple[str, str, str]:
+        return (self.kind, self.namespace, self.name)
 
     def to_dict(self) -> dict[str, Any]:
         """The entry as the plain dict the link encodes."""
@@ -206,9 +217,11 @@ class Store:
         """The highest sequence number ever committed to the outbox."""
         return self._last_seq
 
-    async def append_report(self, kind: str, namespace: str, name: str, body: Any) -> int:
-        """Durably append one report for the GM; returns its sequence number."""
-        seqs = await self.write(_append_op([(kind, namespace, name, encode(body))]),
+    async def append_report(self, kind: str, namespace: str, name: str, body: Any, *,
+                            source: str = "") -> int:
+        """Durably append one report for the GM (from `source`, a worker or "" for the LC
+        itself); returns its sequence number."""
+        seqs = await self.write(_append_op([_row(kind, namespace, name, body, source)]),
                                 on_commit=self._published)
         return seqs[0]
 
@@ -234,9 +247,9 @@ class Store:
     async def pending(self, after_seq: int = 0, limit: int = 100) -> list[OutboxEntry]:
         """Unacked entries with seq > after_seq, oldest first."""
         rows = await self._read(lambda c: c.execute(
-            "SELECT seq, kind, namespace, name, body, created_at FROM lc_outbox "
+            "SELECT seq, kind, namespace, name, body, created_at, fold FROM lc_outbox "
             "WHERE seq > ? ORDER BY seq LIMIT ?", (after_seq, limit)).fetchall())
-        return [OutboxEntry(r[0], r[1], r[2], r[3], orjson.loads(r[4]), r[5]) for r in rows]
+        return [OutboxEntry(r[0], r[1], r[2], r[3], orjson.loads(r[4]), r[5], r[6]) for r in rows]
 
     async def ack(self, upto: int) -> int:
         """Drop every entry with seq <= upto (cumulative ack); returns how many went."""
@@ -244,12 +257,16 @@ class Store:
             lambda c: c.execute("DELETE FROM lc_outbox WHERE seq <= ?", (upto,)).rowcount,
             on_commit=self._acked)
 
-    async def ack_one(self, seq: int) -> bool:
-        """Drop the single entry `seq`; True if it was there."""
-        deleted = await self.write(
-            lambda c: c.execute("DELETE FROM lc_outbox WHERE seq = ?", (seq,)).rowcount,
-            on_commit=self._acked)
-        return deleted == 1
+    async def ack_one(self, seq: int, *, fold: str | None = None) -> bool:
+        """Drop the entry `seq` and, with its `fold` key, every older entry of that key (it
+        covered them); True if `seq` was there."""
+
+        def op(conn: sqlite3.Connection) -> tuple[int, int]:
+            mine = conn.execute("DELETE FROM lc_outbox WHERE seq = ?", (seq,)).rowcount
+            return mine, _delete_covered(conn, seq, fold)
+
+        mine, _ = await self.write(op, on_commit=lambda r: self._acked(r[0] + r[1]))
+        return mine == 1
 
     async def wait_outbox(self, after_seq: int, within: float | None = None) -> bool:
         """Wait up to `within` seconds for an entry with seq > after_seq; False if none came."""
@@ -268,27 +285,35 @@ class Store:
         """Dead letters held, by reason."""
         return dict(self._dead_counts)
 
-    async def dead_letter(self, seq: int, *, reason: str, error: str) -> bool:
-        """Move outbox entry `seq` to the dead letters; False if it was no longer there."""
+    async def dead_letter(self, seq: int, *, reason: str, error: str,
+                          fold: str | None = None) -> bool:
+        """Move outbox entry `seq` to the dead letters; False if it was no longer there.
+
+        With its `fold` key, the older entries of that key it covered are dropped with it:
+        the newest value of a latest-wins status could not be applied, and an older one
+        would only show a stale value as current. The dead letter's error counts them."""
         if reason not in DEAD_LETTER_REASONS:
             raise ValueError(f"unknown dead-letter reason {reason!r}")
 
-        def op(conn: sqlite3.Connection) -> tuple[int, dict[str, int]]:
+        def op(conn: sqlite3.Connection) -> tuple[int, int, dict[str, int]]:
+            covered = _delete_covered(conn, seq, fold)
+            why = error if not covered else (f"{error} ({covered} older reports of the same "
+                                             f"object it superseded were dropped with it)")
             conn.execute(
                 "INSERT OR REPLACE INTO lc_deadletters SELECT seq, kind, namespace, name, body, "
                 "created_at, ?, ?, ? FROM lc_outbox WHERE seq = ?",
-                (reason, error, time.time(), seq))
+                (reason, why, time.time(), seq))
             moved = conn.execute("DELETE FROM lc_outbox WHERE seq = ?", (seq,)).rowcount
             conn.execute("DELETE FROM lc_deadletters WHERE seq IN (SELECT seq FROM "
                          "lc_deadletters ORDER BY seq DESC LIMIT -1 OFFSET ?)",
                          (MAX_DEAD_LETTERS,))
-            return moved, _dead_counts(conn)
+            return moved, covered, _dead_counts(conn)
 
-        def committed(result: tuple[int, dict[str, int]]) -> None:
-            self._acked(result[0])
-            self._dead_counts = result[1]
+        def committed(result: tuple[int, int, dict[str, int]]) -> None:
+            self._acked(result[0] + result[1])
+            self._dead_counts = result[2]
 
-        moved, _ = await self.write(op, on_commit=committed)
+        moved, _, _ = await self.write(op, on_commit=committed)
         return moved == 1
 
     async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
@@ -317,7 +342,7 @@ class Store:
     async def record_report(self, report: dict[str, Any], *, routed_kind: str | None,
                             entries: list[tuple[str, str, str, Any]]) -> list[int]:
         """Store a worker's last report and its outbox entries in one transaction."""
-        rows = [(k, ns, n, encode(body)) for k, ns, n, body in entries]
+        rows = [_row(k, ns, n, body, report["name"]) for k, ns, n, body in entries]
         now = time.time()
         worker = (report["namespace"], report["name"], report["ownerKind"],
                   report["ownerName"], encode(report), now, routed_kind)
@@ -332,7 +357,7 @@ class Store:
     async def route_worker(self, namespace: str, name: str, received_at: float, *,
                            routed_kind: str, entries: list[tuple[str, str, str, Any]]) -> bool:
         """Mark a stored report routed and append its entries, unless a newer one replaced it."""
-        rows = [(k, ns, n, encode(body)) for k, ns, n, body in entries]
+        rows = [_row(k, ns, n, body, name) for k, ns, n, body in entries]
 
         def op(conn: sqlite3.Connection) -> list[int]:
             cur = conn.execute(
@@ -415,7 +440,7 @@ class Store:
         """Append one report and replace the job state of (kind, namespace, name) in one
         transaction, so a manager whose state records what it reported neither sends a
         report twice nor loses one across a crash; returns the report's sequence number."""
-        append = _append_op([(kind, namespace, name, encode(body))])
+        append = _append_op([_row(kind, namespace, name, body, "")])
         row = (kind, namespace, name, encode(state), time.time())
 
         def op(conn: sqlite3.Connection) -> list[int]:
@@ -471,16 +496,33 @@ def _run_in_savepoint(conn: sqlite3.Connection, op: Op) -> Any:
     return result
 
 
-def _append_op(rows: list[tuple[str, str, str, str]]) -> Op:
+Row = tuple[str, str, str, str, str | None]
+"""An outbox row to insert: kind, namespace, name, body JSON, fold key."""
+
+
+def _row(kind: str, namespace: str, name: str, body: Any, source: str) -> Row:
+    return (kind, namespace, name, encode(body),
+            fold_key(kind, namespace, name, body, source=source))
+
+
+def _append_op(rows: list[Row]) -> Op:
     def op(conn: sqlite3.Connection) -> list[int]:
         now = time.time()
         seqs = []
-        for kind, namespace, name, body in rows:
-            cur = conn.execute("INSERT INTO lc_outbox (kind, namespace, name, body, created_at) "
-                               "VALUES (?,?,?,?,?)", (kind, namespace, name, body, now))
+        for kind, namespace, name, body, fold in rows:
+            cur = conn.execute("INSERT INTO lc_outbox (kind, namespace, name, body, created_at, "
+                               "fold) VALUES (?,?,?,?,?,?)",
+                               (kind, namespace, name, body, now, fold))
             seqs.append(cur.lastrowid)
         return seqs
     return op
+
+
+def _delete_covered(conn: sqlite3.Connection, seq: int, fold: str | None) -> int:
+    """Delete the entries older than `seq` that share its fold key; how many went."""
+    if fold is None:
+        return 0
+    return conn.execute("DELETE FROM lc_outbox WHERE fold = ? AND seq < ?", (fold, seq)).rowcount
 
 
 def _outbox_epoch(conn: sqlite3.Connection) -> str:
@@ -557,5 +599,8 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
     if version > SCHEMA_VERSION:
         raise StoreOpenError(f"database {path} has schema version {version}; this LC "
                              f"understands up to {SCHEMA_VERSION}")
+    columns = [row[1] for row in conn.execute("PRAGMA table_info(lc_outbox)")]
+    if columns and "fold" not in columns:  # schema 2: rows written before folding never fold
+        conn.execute("ALTER TABLE lc_outbox ADD COLUMN fold TEXT")
     conn.executescript(_SCHEMA)
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -71,6 +71,8 @@ class LinkSettings:
     connect_timeout: float = 10.0
     close_timeout: float = 5.0
     window: int = 64  # reports in flight without an ack
+    per_object: int = 4  # of which at most this many for one object (lc/link/backlog.py)
+    read_ahead: int = 512  # outbox entries read ahead of the window, to fold and to skip past
     ack_timeout: float = 60.0  # resend a report not acked this long (GM handler timeout is 30 s)
     idle_poll: float = 5.0  # longest wait on the outbox before the sender looks around
     upstream_batch: int = 100
@@ -93,15 +95,16 @@ class LinkSettings:
                      "idle_poll", "ack_flush_timeout", "stable_after"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.window < 1 or self.upstream_batch < 1:
-            raise ValueError("window and upstream_batch must be >= 1")
+        if min(self.window, self.upstream_batch, self.per_object, self.read_ahead) < 1:
+            raise ValueError("window, per_object, read_ahead and upstream_batch must be >= 1")
         if self.ca_file and not self.url.startswith("wss://"):
             raise ValueError("a CA file needs a wss:// GM url")
 
     def session_params(self) -> SessionParams:
         return SessionParams(
             node=self.node, ping_interval=self.ping_interval, silence_timeout=self.silence_timeout,
-            hello_timeout=self.hello_timeout, window=self.window, ack_timeout=self.ack_timeout,
+            hello_timeout=self.hello_timeout, window=self.window, per_object=self.per_object,
+            read_ahead=self.read_ahead, ack_timeout=self.ack_timeout,
             idle_poll=self.idle_poll, upstream_batch=self.upstream_batch,
             max_frame_bytes=self.max_frame_bytes, ack_flush_timeout=self.ack_flush_timeout)
 

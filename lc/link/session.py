@@ -2,7 +2,7 @@
 
 A session runs four tasks it owns and cancels together: the reader (downstream objects, acks,
 silence detection), the sender (outbox replay then new reports, within the in-flight
-window), the pinger, and the acker (deletes acked reports from the outbox). The first
+window, folded and bounded per object by lc/link/backlog.py), the pinger, and the acker (deletes acked reports from the outbox). The first
 one to end ends the session by raising `SessionEnded`; the link then closes the socket
 and redials. Nothing here retries: a session is disposable, the outbox and the next
 snapshot carry everything across sessions.
@@ -25,17 +25,17 @@ reports it may send and hands it the session's end when the GM closed over a fra
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 from aiohttp import WSMsgType
 
 from lc.errors import StoreError
 from lc.link.apply import DownstreamApplier, object_key
+from lc.link.backlog import Backlog
 from lc.link.quarantine import FRAME_REFUSED_CODES, Quarantine
 from lc.link.state import LinkInfo, LinkMetrics
 from lc.link.window import InFlight
@@ -91,11 +91,21 @@ class SessionParams:
     silence_timeout: float
     hello_timeout: float
     window: int
+    per_object: int
+    read_ahead: int
     ack_timeout: float
     idle_poll: float
     upstream_batch: int
     max_frame_bytes: int
     ack_flush_timeout: float
+
+
+class Ack(NamedTuple):
+    """The GM's answer for one report: applied (error None) or refused for good."""
+
+    seq: int
+    error: str | None
+    fold: str | None  # the report's fold key: its ack settles the older reports it covered
 
 
 class Session:
@@ -111,8 +121,9 @@ class Session:
         self._info = info
         self._metrics = metrics
         self._inflight = InFlight(limit=params.window, ack_timeout=params.ack_timeout)
-        self._room = asyncio.Event()
-        self._acks: asyncio.Queue[tuple[int, str | None]] = asyncio.Queue()  # (seq, refusal)
+        self._backlog = Backlog(per_object=params.per_object)
+        self._room = asyncio.Event()  # set by every ack: a slot (of the window or an object) freed
+        self._acks: asyncio.Queue[Ack] = asyncio.Queue()
         self._seen: set[ObjKey] | None = None  # keys upserted since snapshot begin
         self._snapshot_frames = 0
         self._loop = asyncio.get_running_loop()
@@ -271,7 +282,7 @@ class Session:
             where = f"{entry.namespace}/{entry.name}" if entry else "?"
             event(log, "report refused by the GM, moved to dead letters", level=logging.WARNING,
                   seq=msg.seq, kind=entry.kind if entry else "?", key=where, error=error)
-        self._acks.put_nowait((msg.seq, error))
+        self._acks.put_nowait(Ack(msg.seq, error, entry.fold if entry else None))
 
     # ---- writing ---------------------------------------------------------------------
 
@@ -291,33 +302,63 @@ class Session:
             await self._send_upstream()
 
     async def _send_native(self) -> None:
-        """Replay every unacked report in seq order, then follow the outbox, within the window."""
-        cursor = 0  # highest seq sent (or dropped) in this session
+        """Replay every unacked report, then follow the outbox: per object in seq order,
+        folded, within the window and the per-object bound."""
+        cursor = 0  # highest seq read from the outbox in this session
         while True:
+            self._room.clear()  # before looking: an ack from now on wakes the wait below
             for entry in self._inflight.overdue(self._loop.time()):
                 await self._send_report(entry, resend=True)
-            if self._quarantine.can_clear(cursor + 1, self._inflight):
+            cursor = await self._read_ahead(cursor)
+            head = self._backlog.lowest()
+            next_seq = head.seq if head is not None else cursor + 1
+            if self._quarantine.can_clear(next_seq, self._inflight):
                 await self._clear_suspects()
-            room = self._quarantine.room(cursor + 1, self._inflight, self._inflight.room())
-            if room == 0:
-                await self._wait_room(self._wait_budget())
-                continue
-            cursor = await self._send_batch(cursor, room)
+            if not await self._send_some(next_seq):
+                await self._wait_for_work(cursor)
 
-    async def _send_batch(self, cursor: int, limit: int) -> int:
-        """Send up to `limit` entries after `cursor`, or wait for new ones; the new cursor."""
-        horizon = self._store.last_seq  # every entry <= horizon is committed and readable
-        entries = await self._store.pending(cursor, limit)
-        if not entries:
-            cursor = max(cursor, horizon)
-            await self._store.wait_outbox(cursor, within=self._wait_budget())
-            return cursor
-        for entry in entries:
-            probe = self._quarantine.is_suspect(cursor + 1)
+    async def _read_ahead(self, cursor: int) -> int:
+        """Read new outbox entries into the backlog up to its bound; the new cursor."""
+        while len(self._backlog) < self.p.read_ahead:
+            horizon = self._store.last_seq  # every entry <= horizon is committed and readable
+            entries = await self._store.pending(cursor, self.p.read_ahead)
+            if not entries:
+                return max(cursor, horizon)
+            covered = self._backlog.covered
+            for entry in entries:
+                self._backlog.add(entry)
+            cursor = entries[-1].seq
+            self._count_covered(self._backlog.covered - covered)
+        return cursor
+
+    async def _send_some(self, next_seq: int) -> bool:
+        """Send what the window, the per-object bound and the quarantine allow; False if none."""
+        room = self._quarantine.room(next_seq, self._inflight, self._inflight.room())
+        if room == 0:
+            return False
+        if self._quarantine.is_suspect(next_seq):  # alone, and only the lowest seq
+            entry = self._backlog.take_lowest(self._inflight)
+            batch = [entry] if entry is not None else []
+        else:
+            batch = self._backlog.take(room, self._inflight)
+        for entry in batch:
+            probe = self._quarantine.is_suspect(entry.seq)
             if await self._send_report(entry, resend=False) and probe:
                 self._quarantine.probing(entry.seq)
-            cursor = entry.seq
-        return cursor
+        return bool(batch)
+
+    async def _wait_for_work(self, cursor: int) -> None:
+        """Wait for an ack (a freed slot) or, when the backlog has room, a new outbox entry,
+        at most until the next ack deadline."""
+        within = self._wait_budget()
+        waits = [asyncio.ensure_future(self._room.wait())]
+        if len(self._backlog) < self.p.read_ahead:
+            waits.append(asyncio.ensure_future(self._store.wait_outbox(cursor, within=within)))
+        try:
+            await asyncio.wait(waits, timeout=within, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
 
     async def _send_report(self, entry: OutboxEntry, *, resend: bool) -> bool:
         """Send one report; False when it could not be encoded (it is a dead letter now)."""
@@ -367,6 +408,11 @@ class Session:
             raise SessionEnded(f"cannot delete sent reports from the outbox: {exc}",
                                code=CLOSE_INTERNAL_ERROR) from exc
 
+    def _count_covered(self, count: int) -> None:
+        if count:
+            self._info.covered += count
+            self._metrics.reports.inc("covered", amount=count)
+
     def _count_sent(self, resend: bool) -> None:
         self._info.sent += 1
         self._metrics.reports.inc("sent")
@@ -406,12 +452,6 @@ class Session:
             return self.p.idle_poll
         return min(max(deadline - self._loop.time(), 0.001), self.p.idle_poll)
 
-    async def _wait_room(self, within: float) -> None:
-        self._room.clear()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(within):
-                await self._room.wait()
-
     async def _ping_loop(self) -> None:
         while True:
             await asyncio.sleep(self.p.ping_interval)
@@ -427,20 +467,21 @@ class Session:
             acks = [await self._acks.get()]
             await self._delete_acked(acks + self._drain_acks())
 
-    def _drain_acks(self) -> list[tuple[int, str | None]]:
-        acks: list[tuple[int, str | None]] = []
+    def _drain_acks(self) -> list[Ack]:
+        acks: list[Ack] = []
         while not self._acks.empty():
             acks.append(self._acks.get_nowait())
         return acks
 
-    def _settle(self, acks: list[tuple[int, str | None]]) -> Awaitable[list[Any]]:
-        """Delete applied reports, move refused ones to the dead letters: one transaction."""
+    def _settle(self, acks: list[Ack]) -> Awaitable[list[Any]]:
+        """Delete applied reports, move refused ones to the dead letters, each with the older
+        reports it covered (same fold key): one transaction."""
         return asyncio.gather(*(
-            self._store.ack_one(seq) if error is None
-            else self._store.dead_letter(seq, reason="refused", error=error)
-            for seq, error in acks))
+            self._store.ack_one(seq, fold=fold) if error is None
+            else self._store.dead_letter(seq, reason="refused", error=error, fold=fold)
+            for seq, error, fold in acks))
 
-    async def _delete_acked(self, acks: list[tuple[int, str | None]]) -> None:
+    async def _delete_acked(self, acks: list[Ack]) -> None:
         """Settle acked reports; concurrent writes share one group-commit transaction."""
         try:
             await _unless_cancelled(self._settle(acks))

@@ -38,6 +38,7 @@ class LinkInfo:
     acked: int = 0  # reports the GM applied
     refused: int = 0  # reports the GM refused for good (dropped)
     dropped: int = 0  # reports this side could not encode (dropped)
+    covered: int = 0  # reports not sent: a newer one of the same object covers them (lc/fold.py)
     downstream: int = 0  # object frames received
     highest_acked: int = 0  # highest seq the GM acked (sent in the next hello)
 
@@ -71,7 +72,8 @@ class LinkMetrics:
             "sedna_lc_link_sessions_total", "Sessions established with the GM.")
         self.reports: Counter = r.counter(
             "sedna_lc_link_reports_total",
-            "Reports by outcome: sent, resent, acked, refused, dropped.", ["outcome"])
+            "Reports by outcome: sent, resent, acked, refused, dropped, covered (not sent: "
+            "a newer report of the same object replaces it).", ["outcome"])
         self.downstream: Counter = r.counter(
             "sedna_lc_link_downstream_frames_total", "Object frames received from the GM, by op.",
             ["op"])
@@ -79,7 +81,7 @@ class LinkMetrics:
             "sedna_lc_link_inflight", "Reports sent and not yet acked.")
         for mode in MODES:
             self.mode.set(0, mode)
-        for outcome in ("sent", "resent", "acked", "refused", "dropped"):
+        for outcome in ("sent", "resent", "acked", "refused", "dropped", "covered"):
             self.reports.inc(outcome, amount=0)
         for op in ("upsert", "delete"):
             self.downstream.inc(op, amount=0)

