@@ -7,7 +7,7 @@ HELM := $(VENV)/bin/helm
 # make run INSTALL=helm: the GM and LCs are installed with `helm install charts/sedna`
 INSTALL ?= direct
 
-.PHONY: setup helm test test-cluster run lint bench clean
+.PHONY: setup helm test test-cluster run lint bench clean kube-build kube-up kube-down kube-status
 
 setup: $(STAMP)
 
@@ -27,6 +27,21 @@ test: setup helm
 # Opt-in: the GM's seed scenarios on the real cluster KUBECONFIG points at (never in `make test`)
 test-cluster: setup
 	$(PY) -m tests.cluster
+
+# A real control plane (kube-apiserver, controller-manager, scheduler, etcd, kwok) built from the Go
+# module proxy (hack/kube, Go >= 1.26) into .tools/kube; kube-build is a no-op once built.
+# kube-up starts it (state in .kube-real/, KUBECONFIG=.kube-real/kubeconfig, which test-cluster uses).
+kube-build: setup
+	$(PY) scripts/kube_real.py build
+
+kube-up: kube-build
+	$(PY) scripts/kube_real.py up
+
+kube-down: setup
+	$(PY) scripts/kube_real.py down
+
+kube-status: setup
+	$(PY) scripts/kube_real.py status
 
 run: setup $(if $(filter helm,$(INSTALL)),helm)
 	$(PY) examples/devrun.py --install $(INSTALL)

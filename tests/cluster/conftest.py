@@ -2,8 +2,8 @@
 which sets SEDNA_CLUSTER_TIER=1 and needs KUBECONFIG; the default run collects nothing here.
 
 Fixtures: `kube` runs the real kubectl against KUBECONFIG; `seed_ns` is a fresh namespace
-deleted at the end; `crds` applies the chart's CRDs (and deletes only those this run
-created); `gm` runs the GlobalManager in this process, watching `seed_ns` only.
+deleted at the end; `crds` applies the chart's CRDs once per run (and deletes only those this
+run created); `gm` runs the GlobalManager in this process, watching `seed_ns` only.
 """
 
 from __future__ import annotations
@@ -54,19 +54,39 @@ async def get_json(*args: str) -> dict:
     return json.loads(await kubectl("get", *args, "-o", "json"))
 
 
-@pytest.fixture
-async def crds():
-    """The chart's CRDs, established; the ones this run created are deleted afterwards."""
+async def _apply_crds() -> tuple[list[str], list[str]]:
+    """Apply the chart's CRDs and wait until they are Established: (all names, names this run created)."""
     names = [json.loads(await kubectl("create", "--dry-run=client", "-o", "json", "-f", str(f)))["metadata"]["name"]
              for f in sorted(CRD_DIR.glob("*.yaml"))]
-    existing = {n for n in names if await kubectl("get", "crd", n, "--ignore-not-found", "-o", "name")}
+    # A deleted CRD lingers (Terminating) until the server has deleted its objects, and refuses new
+    # ones meanwhile ("create not allowed while custom resource definition is terminating"): wait
+    # for the ones an earlier run deleted to be gone; they do not count as existing.
+    present = {c["metadata"]["name"]: c for c in (await get_json("crd"))["items"] if c["metadata"]["name"] in names}
+    terminating = [n for n, c in present.items() if c["metadata"].get("deletionTimestamp")]
+    if terminating:
+        await kubectl("wait", "--for=delete", f"--timeout={int(KUBECTL_TIMEOUT) - 10}s",
+                      *(f"crd/{n}" for n in terminating))
+    existing = set(present) - set(terminating)
     await kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=sedna-test-cluster",
                   "-f", str(CRD_DIR))
     await kubectl("wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{n}" for n in names))
+    return names, [n for n in names if n not in existing]
+
+
+@pytest.fixture(scope="session")
+def crds():
+    """The chart's CRDs, established, once per run; the ones this run created are deleted at the end.
+
+    Once per run, not per test: on a real server a CRD's delete waits for the server to delete its
+    objects, which a just-created CRD's storage may refuse for a while ("storage is
+    (re)initializing"), so create-delete churn per test makes later tests wait or fail. The fixture
+    is synchronous (asyncio.run) so that no event loop outlives a test.
+    """
+    names, created = asyncio.run(_apply_crds())
     yield names
-    created = [n for n in names if n not in existing]
-    if created:
-        await kubectl("delete", "crd", "--wait=false", *created, check=False)
+    if created:  # waits for the server to delete their objects, so the next run starts clean
+        asyncio.run(kubectl("delete", "crd", "--wait=true", f"--timeout={int(KUBECTL_TIMEOUT) - 10}s",
+                            *created, check=False))
 
 
 @pytest.fixture
