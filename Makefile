@@ -7,7 +7,7 @@ HELM := $(VENV)/bin/helm
 # make run INSTALL=helm: the GM and LCs are installed with `helm install charts/sedna`
 INSTALL ?= direct
 
-.PHONY: setup helm test test-cluster run lint bench clean kube-build kube-up kube-down kube-status
+.PHONY: setup helm test test-cluster run lint bench wrk clean kube-build kube-up kube-down kube-status
 
 setup: $(STAMP)
 
@@ -46,14 +46,33 @@ kube-status: setup
 run: setup $(if $(filter helm,$(INSTALL)),helm)
 	$(PY) examples/devrun.py --install $(INSTALL)
 
+# wrk, the HTTP load generator of bench/lc_ingest.py, from Debian's packages without root:
+# `apt-get download` + `dpkg -x` into .tools/wrk (ignored), with its libluajit next to it and a
+# wrapper that points the loader there; fails if a shared library is still missing.
+WRK := .tools/wrk/wrk
+
+wrk: $(WRK)
+
+$(WRK):
+	rm -rf .tools/wrk && mkdir -p .tools/wrk/debs
+	cd .tools/wrk/debs && apt-get download wrk libluajit-5.1-2
+	for deb in .tools/wrk/debs/*.deb; do dpkg -x $$deb .tools/wrk/root; done
+	lib=$$(dirname "$$(find .tools/wrk/root -name 'libluajit-5.1.so.2' | head -n 1)") && \
+	  ! LD_LIBRARY_PATH=$$lib ldd .tools/wrk/root/usr/bin/wrk | grep 'not found' && \
+	  printf '#!/bin/sh\nhere=$$(dirname "$$(readlink -f "$$0")")\nLD_LIBRARY_PATH="$$here/%s" exec "$$here/root/usr/bin/wrk" "$$@"\n' \
+	    "$${lib#.tools/wrk/}" > $@.tmp
+	chmod +x $@.tmp && mv $@.tmp $@
+	$@ -v | head -n 1
+
 lint: setup
 	$(PY) -m ruff check .
 
-bench: setup
+bench: setup wrk
 	$(PY) bench/devcluster.py
 	$(PY) bench/devcluster_churn.py --gm
 	$(PY) bench/gm_converge.py
 	$(PY) bench/lc_reports.py
+	$(PY) bench/lc_ingest.py
 	$(PY) bench/e2e_latency.py
 
 clean:

@@ -186,8 +186,12 @@ async def test_dataset_replaced_in_place_is_counted_again(tmp_path: Path) -> Non
         await eventually(lambda: _counts_are(lc, [1]), message="first count")
         await lc.apply_upsert("Dataset", "default", "ds", _with_uid(_dataset("ds", "/index.txt"), "u2"))
         await eventually(lambda: _counts_are(lc, [1, 1]), message="count for the new object")
-        state = await lc.store.get_state("Dataset", "default", "ds")
-        assert state == {"reported": 1, "uid": "u2"}
+        # the state is written right after the report, in its own transaction
+        await eventually(lambda: _state_is(lc, {"reported": 1, "uid": "u2"}), message="state")
+
+
+async def _state_is(lc, expected: dict) -> bool:
+    return await lc.store.get_state("Dataset", "default", "ds") == expected
 
 
 async def _counts_are(lc, expected: list[int]) -> bool:
