@@ -134,6 +134,11 @@ def bad_request(message: str) -> ApiError:
     return ApiError(400, "BadRequest", message)
 
 
+def too_large(limit: int) -> ApiError:
+    """413, as kube-apiserver answers a request body over its limit (3 MiB)."""
+    return ApiError(413, "RequestEntityTooLarge", f"Request entity too large: limit is {limit}")
+
+
 def expired(message: str) -> ApiError:
     return ApiError(410, "Expired", message)
 

@@ -37,6 +37,7 @@ from devcluster.errors import (
     method_not_allowed,
     not_found,
     path_not_found,
+    too_large,
     too_old,
 )
 from devcluster.faults import FaultConfigError, Faults
@@ -138,6 +139,8 @@ class _Api:
             return await self._route(request)
         except ApiError as err:
             return error_response(err)
+        except web.HTTPRequestEntityTooLarge:
+            return error_response(too_large(MAX_BODY))
         except (ConnectionResetError, asyncio.CancelledError):
             raise
         except Exception as err:  # a bug must answer 500, never take the server down

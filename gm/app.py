@@ -51,6 +51,7 @@ from gm.edge.auth import (
 )
 from gm.edge.hub import Hub
 from gm.edge.objects import EdgeObjects
+from gm.edge.pipeline import StatusPipeline
 from gm.edge.status import UpstreamStatus
 from gm.kinds import DECLARATIONS
 from gm.kube.client import KubeClient
@@ -102,6 +103,8 @@ class GlobalManager:
         self.leader: LeaderElector | None = None
         self.edge: EdgeObjects | None = None
         self.hub: Hub | None = None
+        self.status_writer: StatusWriter | None = None
+        self.pipeline: StatusPipeline | None = None
         self.hub_metrics = HubMetrics(self.registry)
         self.app = web.Application()
         self._runner: web.AppRunner | None = None
@@ -119,7 +122,8 @@ class GlobalManager:
         ssl_context = self._server_ssl()  # a bad certificate fails before anything starts
         self.client = await KubeClient.connect(ClientSettings(
             kubeconfig=cfg.kubeConfig, master=cfg.master, qps=cfg.kubeClient.qps,
-            burst=cfg.kubeClient.burst, timeout=cfg.kubeClient.timeoutSeconds), metrics=self.kube_metrics)
+            burst=cfg.kubeClient.burst, budgets=cfg.kubeClient.budgets(),
+            timeout=cfg.kubeClient.timeoutSeconds), metrics=self.kube_metrics)
         self.informers = InformerFactory(self.client, namespace=cfg.namespace or None,
                                          resync_period=float(cfg.minResyncPeriodSeconds),
                                          metrics=self.kube_metrics, on_fatal=self._fatal)
@@ -136,8 +140,10 @@ class GlobalManager:
 
     def _build_controllers(self) -> None:
         assert self.client is not None and self.informers is not None
-        base = Context(client=self.client, informers=self.informers,
-                       status=StatusWriter(self.client, cache=self.informers.get_cached),
+        # One writer for the reconcilers and the edge reports: each starts from the other's last
+        # write of an object instead of the lagging cache (gm/kube/status.py).
+        self.status_writer = StatusWriter(self.client, cache=self.informers.get_cached)
+        base = Context(client=self.client, informers=self.informers, status=self.status_writer,
                        events=None,  # type: ignore[arg-type]  # one recorder per controller below
                        config=self.config,
                        workers=WorkerConfig(lc_server=self.config.localController.server,
@@ -159,8 +165,8 @@ class GlobalManager:
         kinds = (apis.DATASET, apis.MODEL, *(d.api for d in self.declarations))
         self.edge = EdgeObjects(self.informers, kinds=kinds, annotations={
             d.kind: d.edge_annotations for d in self.declarations if d.edge_annotations is not None})
-        status = StatusWriter(self.client, cache=self.informers.get_cached)
-        self.hub = Hub(self.edge, UpstreamStatus(status, rules=[
+        self.pipeline = StatusPipeline(self.status_writer)
+        self.hub = Hub(self.edge, UpstreamStatus(self.pipeline, rules=[
             (d.api, d.report) for d in self.declarations if d.report is not None]), auth=self._node_auth())
         self.edge.bind(self.hub.notify_changed)
 
@@ -294,7 +300,7 @@ class GlobalManager:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         if self.hub is not None and self.edge is not None:
-            self.hub_metrics.collect(self.hub, self.edge)
+            self.hub_metrics.collect(self.hub, self.edge, self.pipeline)
         return web.Response(body=self.registry.render().encode(), headers={"Content-Type": CONTENT_TYPE})
 
     # -- stop ------------------------------------------------------------------------
@@ -308,6 +314,8 @@ class GlobalManager:
             sup.expect_end()  # what stop ends (edge sync, drained controllers) is no failure
         if self.hub is not None:
             await self.hub.close()
+        if self.pipeline is not None:
+            await self.pipeline.close()
         for runner in self.runners.values():
             await runner.queue.shut_down_with_drain(grace)
         # the controllers task first: the elector stops the reconcilers, then releases the lease
@@ -331,7 +339,9 @@ class HubMetrics:
     _SESSIONS = {"opened": "sessions_opened", "replaced": "sessions_replaced", "dead": "sessions_dead",
                  "broken": "sessions_broken", "rejected": "handshakes_rejected"}
     _REPORTS = {"applied": "status_applied", "refused": "refused", "deferred": "deferred",
-                "held": "held_back", "error": "handler_errors"}
+                "error": "handler_errors"}
+    _PIPELINE = {"writes": "writes", "unchanged": "unchanged", "retries": "retries", "refused": "refused",
+                 "stale": "stale", "coalesced": "coalesced"}
     _FRAMES = {"in": "frames_in", "out": "frames_out", "ping": "pings_out", "ack": "acks_out",
                "skipped": "skipped_out"}
 
@@ -345,21 +355,30 @@ class HubMetrics:
         self.edge_objects = registry.gauge("gm_edge_objects", "objects some edge node needs")
         self.edge_sends = registry.counter("gm_edge_changes_total", "changes handed to the hub",
                                            ("op",))
+        self.pipeline = registry.counter("gm_status_pipeline_total",
+                                         "edge status pipeline: committed writes, unchanged batches, retried "
+                                         "writes, refused, stale and coalesced reports", ("event",))
+        self.pipeline_queued = registry.gauge("gm_status_pipeline_queued", "reports waiting for their status write")
         self.credentials = registry.counter("gm_edge_credential_reads_total",
                                             "credential annotations for downstream objects by outcome",
                                             ("result",))
         for counter, labels in ((self.sessions, self._SESSIONS), (self.reports, self._REPORTS),
                                 (self.frames, self._FRAMES), (self.edge_sends, ("upsert", "delete")),
+                                (self.pipeline, self._PIPELINE),
                                 (self.credentials, ("ok", "unreadable"))):
             for label in labels:
                 counter.inc(label, amount=0)
 
-    def collect(self, hub: Hub, edge: EdgeObjects) -> None:
+    def collect(self, hub: Hub, edge: EdgeObjects, pipeline: StatusPipeline | None = None) -> None:
         for counter, names, stats in ((self.sessions, self._SESSIONS, hub.stats),
                                       (self.reports, self._REPORTS, hub.stats),
                                       (self.frames, self._FRAMES, hub.stats)):
             for label, attr in names.items():
                 _mirror(counter, label, getattr(stats, attr))
+        if pipeline is not None:
+            for label, attr in self._PIPELINE.items():
+                _mirror(self.pipeline, label, getattr(pipeline.stats, attr))
+            self.pipeline_queued.set(pipeline.queued())
         self.active.set(hub.sessions_active)
         self.edge_objects.set(len(edge))
         _mirror(self.edge_sends, "upsert", edge.stats.published)

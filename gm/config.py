@@ -67,9 +67,17 @@ class ServerRef:
 
 @dataclass(frozen=True, slots=True)
 class KubeClientConfig:
-    qps: float = 50.0
-    burst: int = 100
+    qps: float = 200.0  # reads, watches' lists, child writes, leases
+    burst: int = 400
+    statusQps: float = 200.0  # CR status writes (reconcilers and edge reports)
+    statusBurst: int = 400
+    eventQps: float = 50.0  # Event creates and count patches
+    eventBurst: int = 100
     timeoutSeconds: float = 30.0
+
+    def budgets(self) -> tuple[tuple[str, float, int], ...]:
+        """The client's separate buckets (gm/kube/client.py)."""
+        return (("status", self.statusQps, self.statusBurst), ("events", self.eventQps, self.eventBurst))
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,8 +166,12 @@ def _validate(cfg: GMConfig) -> None:
         raise ConfigError(f"websocket.port: {cfg.websocket.port} is not a valid port")
     if cfg.workers < 1:
         raise ConfigError("workers: must be at least 1")
-    if cfg.kubeClient.qps <= 0 or cfg.kubeClient.burst < 1:
-        raise ConfigError("kubeClient: qps must be > 0 and burst >= 1")
+    for prefix in ("", "status", "event"):
+        qps = getattr(cfg.kubeClient, f"{prefix}Qps" if prefix else "qps")
+        burst = getattr(cfg.kubeClient, f"{prefix}Burst" if prefix else "burst")
+        if qps <= 0 or burst < 1:
+            name = f"{prefix}Qps / {prefix}Burst" if prefix else "qps / burst"
+            raise ConfigError(f"kubeClient: {name} must be > 0 and >= 1")
     if cfg.federatedLearning.specEditPolicy not in ("recreate", "reject"):
         raise ConfigError("federatedLearning.specEditPolicy: must be 'recreate' or 'reject'")
     if cfg.log.format not in ("text", "json"):

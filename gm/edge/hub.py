@@ -12,13 +12,15 @@ Why it looks the way it does (each point fixes an upstream weakness, see the GM 
 - Liveness is explicit: the hub pings every `ping_interval` and ends a session after
   `dead_after` seconds without any frame from the peer (pongs included). That bound also
   caps how long a write can stay blocked on a peer that stopped reading.
-- Upstream reports are authorized (the object must be assigned to the reporting node),
-  handled one at a time per session, in order, and acked by sequence number once the
-  handler has applied them. A frame that does not decode ends that session only.
-- A deferred report is not overtaken: until it is applied (the LC resends what has no ack),
-  later reports of the session for the same object are held, unacked, and applied in seq
-  order right after it. The handler is given the LC's outbox epoch with each report so it
-  can order them across sessions too (gm/edge/order.py).
+- Upstream reports are authorized (the object must be assigned to the reporting node) and
+  handed to the status handler in the order they arrive; it queues them at once on the status
+  pipeline (gm/edge/pipeline.py), which writes and retries them. Each report is acked by its
+  sequence number as soon as the write carrying it committed, independently of the session's
+  other reports: a slow object never holds another object's acks. The handler is given the
+  LC's outbox epoch with each report so it can order them across sessions (gm/edge/order.py).
+- A frame that does not decode ends that session only, and so does a session that keeps
+  sending reports the GM refuses (`max_refusals` within `refusal_window` seconds): a client
+  that only produces refusals is made to back off instead of costing the GM its CPU.
 - Peers that do not offer the native subprotocol get upstream's JSON envelope exactly
   as upstream LCs expect it: inserts and deletes, no snapshot markers, no acks, and only
   the kinds upstream's GM sends (an upstream LC has no manager for the others).
@@ -29,8 +31,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -48,6 +50,8 @@ from proto import (
     CLOSE_PROTOCOL_ERROR,
     CLOSE_REPLACED,
     MAX_FRAME_BYTES,
+    MAX_REPORT_BYTES,
+    MAX_REPORT_ENVELOPE_BYTES,
     SUBPROTOCOL,
     Message,
     ObjKey,
@@ -73,7 +77,8 @@ log = logging.getLogger("sedna.gm.edge.hub")
 CLOSE_INTERNAL_ERROR = 1011
 _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _MAX_REASON_BYTES = 123  # RFC 6455: a close frame's reason fits in 123 bytes
-MAX_HELD = 1024  # reports one session may hold behind deferred ones; beyond, the LC resends later
+MAX_REFUSALS = 100  # refused reports a session may send within REFUSAL_WINDOW seconds
+REFUSAL_WINDOW = 10.0
 
 
 class ObjectSource(Protocol):
@@ -89,12 +94,15 @@ class ObjectSource(Protocol):
 
 
 class StatusHandler(Protocol):
-    """Applies one status report; raises ReportRefused or ReportDeferred when it cannot.
+    """Takes status reports in arrival order.
 
-    `epoch` is the reporting LC's outbox epoch ("" when it sent none): `message.seq` is
-    ordered only within it."""
+    `submit` queues one report before it returns (raising ReportRefused when it is refused at
+    once); the awaitable it returns completes when the report's effect is committed, or raises
+    ReportRefused (never applicable), or ReportDeferred or another error (not acked: the LC
+    resends). `epoch` is the reporting LC's outbox epoch ("" when it sent none):
+    `message.seq` is ordered only within it."""
 
-    async def handle_status(self, node: str, message: Message, *, epoch: str = "") -> None: ...
+    def submit(self, node: str, message: Message, *, epoch: str = "") -> Awaitable[None]: ...
 
 
 @dataclass(slots=True)
@@ -112,8 +120,8 @@ class HubStats:
     status_applied: int = 0
     refused: int = 0
     deferred: int = 0
-    held_back: int = 0  # held behind a deferred report for the same object (each report once)
     handler_errors: int = 0
+    sessions_refusing: int = 0  # sessions closed for sending too many refused reports
     acks_out: int = 0
     skipped_out: int = 0
 
@@ -168,69 +176,10 @@ class _Pending:
         return list(self._items)
 
 
-class _Holds:
-    """Keeps a deferred report from being overtaken by later ones for its object (native mode).
-
-    `_unsettled[key]` holds the seqs of the object's reports that were deferred (no ack, the
-    LC will resend them); the lowest one blocks. A report with a higher seq is held in
-    `_held[key]` instead of applied, and released, lowest seq first, once it is below every
-    unsettled seq. Invariant: a held report is applied only when no lower seq of its object
-    is unsettled. Resends of a held seq replace it (the LC resends after its ack timeout).
-    """
-
-    __slots__ = ("_unsettled", "_held", "_count")
-
-    def __init__(self) -> None:
-        self._unsettled: dict[ObjKey, set[int]] = {}
-        self._held: dict[ObjKey, dict[int, Message]] = {}
-        self._count = 0
-
-    def blocker(self, key: ObjKey) -> int | None:
-        seqs = self._unsettled.get(key)
-        return min(seqs) if seqs else None
-
-    def hold(self, msg: Message) -> bool | None:
-        """Hold `msg`: True if newly held, False if it was already, None if over MAX_HELD."""
-        held = self._held.setdefault(msg.key, {})
-        if msg.seq in held:
-            held[msg.seq] = msg
-            return False
-        if self._count >= MAX_HELD:
-            return None
-        held[msg.seq] = msg
-        self._count += 1
-        return True
-
-    def record(self, msg: Message, *, settled: bool) -> None:
-        """The outcome of applying `msg`: settled (applied or refused) or deferred."""
-        seqs = self._unsettled.setdefault(msg.key, set())
-        if settled:
-            seqs.discard(msg.seq)
-        else:
-            seqs.add(msg.seq)
-        if not seqs:
-            del self._unsettled[msg.key]
-
-    def release(self, key: ObjKey) -> Message | None:
-        """The next held report of `key` that no unsettled one blocks any more, if any."""
-        held = self._held.get(key)
-        if not held:
-            return None
-        seq = min(held)
-        first = self.blocker(key)
-        if first is not None and seq > first:
-            return None
-        msg = held.pop(seq)
-        self._count -= 1
-        if not held:
-            del self._held[key]
-        return msg
-
-
 class _Session:
     """One connected node. The hub's `_sessions[node]` points at the current one."""
 
-    __slots__ = ("node", "ws", "native", "epoch", "pending", "holds", "snapshot_count", "seq",
+    __slots__ = ("node", "ws", "native", "epoch", "pending", "acks", "refusals", "snapshot_count", "seq",
                  "stopped", "stop_code", "stop_reason")
 
     def __init__(self, node: str, ws: web.WebSocketResponse, *, native: bool, epoch: str = "") -> None:
@@ -239,7 +188,8 @@ class _Session:
         self.native = native
         self.epoch = epoch  # the LC's outbox epoch from its hello ("" in upstream mode)
         self.pending = _Pending()
-        self.holds = _Holds()
+        self.acks: asyncio.Queue[tuple[int, str | None]] = asyncio.Queue()  # (seq, refusal) to send
+        self.refusals: deque[float] = deque()  # loop times of recent refusals
         self.snapshot_count = 0
         self.seq = 0  # last downstream seq sent in this session
         self.stopped = asyncio.Event()
@@ -274,8 +224,9 @@ class Hub:
         ping_interval: float = 10.0,
         dead_after: float = 30.0,
         hello_timeout: float | None = None,
-        handler_timeout: float = 30.0,
         close_timeout: float = 5.0,
+        max_refusals: int = MAX_REFUSALS,
+        refusal_window: float = REFUSAL_WINDOW,
         max_frame_bytes: int = MAX_FRAME_BYTES,
         compress: bool = True,
     ) -> None:
@@ -290,7 +241,9 @@ class Hub:
         self._ping_interval = ping_interval
         self._dead_after = dead_after
         self._hello_timeout = hello_timeout if hello_timeout is not None else dead_after
-        self._handler_timeout = handler_timeout
+        self._max_refusals = max_refusals
+        self._refusal_window = refusal_window
+        self._finishing: set[asyncio.Task[None]] = set()  # reports waiting for their write
         self._close_timeout = close_timeout
         self._max_frame_bytes = max_frame_bytes
         self._compress = compress
@@ -344,6 +297,8 @@ class Hub:
     async def close(self) -> None:
         """Close every session (going away) and wait, bounded, for them to finish."""
         self._closing = True
+        for task in list(self._finishing):
+            task.cancel()
         for session in list(self._sessions.values()):
             session.stop(CLOSE_GOING_AWAY, "GM shutting down")
         waits = [asyncio.create_task(done.wait(), name="hub-close-wait") for done in self._running]
@@ -360,7 +315,8 @@ class Hub:
         ws = web.WebSocketResponse(
             protocols=(SUBPROTOCOL,),
             autoping=False,
-            max_msg_size=self._max_frame_bytes,
+            # an LC sends only hellos and status reports: nothing over the report limits
+            max_msg_size=min(self._max_frame_bytes, MAX_REPORT_ENVELOPE_BYTES),
             timeout=self._close_timeout,
             compress=self._compress,
         )
@@ -493,6 +449,7 @@ class Hub:
             asyncio.create_task(self._read_loop(session), name=f"hub-read-{node}"),
             asyncio.create_task(self._write_loop(session), name=f"hub-write-{node}"),
             asyncio.create_task(self._ping_loop(session), name=f"hub-ping-{node}"),
+            asyncio.create_task(self._ack_loop(session), name=f"hub-ack-{node}"),
             asyncio.create_task(self._watch_stop(session), name=f"hub-stop-{node}"),
         ]
         done = await until_first_done(tasks)
@@ -566,8 +523,9 @@ class Hub:
         """Decode one frame; protocol errors end the session (upstream's unknown ops are skipped)."""
         try:
             if native:
-                return decode_native(data, max_bytes=self._max_frame_bytes)
-            return decode_upstream(data, max_bytes=self._max_frame_bytes, canonical_kind=apis.canonical_kind)
+                return decode_native(data, max_bytes=min(self._max_frame_bytes, MAX_REPORT_BYTES))
+            return decode_upstream(data, max_bytes=min(self._max_frame_bytes, MAX_REPORT_ENVELOPE_BYTES),
+                                   canonical_kind=apis.canonical_kind)
         except UnknownOp as exc:
             if native:
                 raise _SessionEnd(exc.close_code, str(exc)) from exc
@@ -577,65 +535,70 @@ class Hub:
             raise _SessionEnd(exc.close_code, str(exc)) from exc
 
     async def _on_status(self, session: _Session, msg: Message) -> None:
-        """Authorize, apply, then ack (native): refused reports are acked with the reason.
-
-        Native mode: a report behind a deferred one for its object is held; whatever a
-        settled report unblocks is applied right after it, in seq order."""
-        if not session.native:
-            await self._apply(session, msg)
-            return
-        if self._held_back(session, msg):
-            return
-        if await self._settle(session, msg):
-            while (released := session.holds.release(msg.key)) is not None:
-                await self._settle(session, released)
-
-    async def _settle(self, session: _Session, msg: Message) -> bool:
-        """Apply one native report and ack it unless it was deferred; whether it was settled."""
-        applied, error = await self._apply(session, msg)
-        settled = applied or error is not None
-        session.holds.record(msg, settled=settled)
-        if settled:
-            await self._send(session.ws, encode_native(ack(msg.seq, error=error)))
-            self.stats.acks_out += 1
-        return settled
-
-    def _held_back(self, session: _Session, msg: Message) -> bool:
-        """Whether `msg` waits (unacked) behind an earlier deferred report for its object."""
-        first = session.holds.blocker(msg.key)
-        if first is None or msg.seq <= first:
-            return False
-        held = session.holds.hold(msg)
-        if held:
-            self.stats.held_back += 1
-        level = logging.WARNING if held is None else logging.INFO if held else logging.DEBUG
-        event(log, "hub status held behind a deferred report", level=level, node=session.node, kind=msg.kind,
-              key=f"{msg.namespace}/{msg.name}", seq=msg.seq, behind=first, dropped=held is None)
-        return True
-
-    async def _apply(self, session: _Session, msg: Message) -> tuple[bool, str | None]:
-        """(True, None) when applied, (False, reason) when refused for good, (False, None) to retry."""
+        """Authorize and queue one report; native reports are acked when their write committed
+        (or at once when refused), upstream ones are awaited here (no acks: backpressure)."""
         node = session.node
-        where = {"node": node, "kind": msg.kind, "key": f"{msg.namespace}/{msg.name}", "seq": msg.seq}
         try:
             if not self._source.is_assigned(node, msg.kind, msg.namespace, msg.name):
                 raise ReportRefused(f"{msg.kind} {msg.namespace}/{msg.name} is not assigned to node {node}")
-            async with asyncio.timeout(self._handler_timeout):
-                await self._handler.handle_status(node, msg, epoch=session.epoch)
+            pending = self._handler.submit(node, msg, epoch=session.epoch)
         except ReportRefused as exc:
-            self.stats.refused += 1
-            event(log, "hub status refused", level=logging.WARNING, **where, reason=str(exc))
-            return False, str(exc) or type(exc).__name__
-        except (ReportDeferred, TimeoutError) as exc:
-            self.stats.deferred += 1
-            event(log, "hub status deferred", level=logging.WARNING, **where, reason=str(exc) or "handler timeout")
-            return False, None
+            self._refused(session, msg, exc)
+            return
         except Exception:  # the GM's handler: log and let the LC resend, keep the session
             self.stats.handler_errors += 1
-            event(log, "hub status handler failed", level=logging.ERROR, exc_info=True, **where)
-            return False, None
+            event(log, "hub status handler failed", level=logging.ERROR, exc_info=True, **_where(node, msg))
+            return
+        if not session.native:
+            await self._finish(session, msg, pending)
+            return
+        task = asyncio.ensure_future(self._finish(session, msg, pending))
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
+
+    async def _finish(self, session: _Session, msg: Message, pending: Awaitable[None]) -> None:
+        """Wait for one report's write; queue its ack (native) unless it is to be resent."""
+        try:
+            await pending
+        except ReportRefused as exc:
+            self._refused(session, msg, exc)
+            return
+        except ReportDeferred as exc:
+            self.stats.deferred += 1
+            event(log, "hub status deferred", level=logging.WARNING, **_where(session.node, msg), reason=str(exc))
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.stats.handler_errors += 1
+            event(log, "hub status handler failed", level=logging.ERROR, exc_info=True, **_where(session.node, msg))
+            return
         self.stats.status_applied += 1
-        return True, None
+        if session.native:
+            session.acks.put_nowait((msg.seq, None))
+
+    def _refused(self, session: _Session, msg: Message, exc: ReportRefused) -> None:
+        """Ack a refused report with the reason; a session that keeps sending them is closed."""
+        self.stats.refused += 1
+        reason = str(exc) or type(exc).__name__
+        event(log, "hub status refused", level=logging.WARNING, **_where(session.node, msg), reason=reason)
+        if session.native:
+            session.acks.put_nowait((msg.seq, reason))
+        now = asyncio.get_running_loop().time()
+        session.refusals.append(now)
+        while session.refusals and now - session.refusals[0] > self._refusal_window:
+            session.refusals.popleft()
+        if len(session.refusals) > self._max_refusals:
+            self.stats.sessions_refusing += 1
+            session.stop(CLOSE_POLICY_VIOLATION, f"more than {self._max_refusals} refused reports within "
+                                                 f"{self._refusal_window:g}s")
+
+    async def _ack_loop(self, session: _Session) -> None:
+        """Send acks as the reports' writes commit, in the order they commit."""
+        while True:
+            seq, error = await session.acks.get()
+            await self._send(session.ws, encode_native(ack(seq, error=error)))
+            self.stats.acks_out += 1
 
     # ---- writing ----------------------------------------------------------------------
 
@@ -699,6 +662,10 @@ class Hub:
 
     async def _on_shutdown(self, app: web.Application) -> None:
         await self.close()
+
+
+def _where(node: str, msg: Message) -> dict[str, Any]:
+    return {"node": node, "kind": msg.kind, "key": f"{msg.namespace}/{msg.name}", "seq": msg.seq}
 
 
 def _auth_response(exc: AuthError) -> web.HTTPException:

@@ -1,7 +1,9 @@
 """The GM's API client: raw JSON over one shared aiohttp session.
 
 Objects go in and out as plain dicts (orjson both ways); no model classes, so a list of
-thousands of pods costs one parse. Every request passes the client-side QPS/burst bucket,
+thousands of pods costs one parse. Every request passes a client-side QPS/burst bucket (the
+default one, or the budget it names: status writes and Events have their own, so neither can
+starve the other or the reconcilers' child writes),
 has a timeout, is counted in `gm_api_requests_total{verb,code}` with its latency, and a
 failure is raised as one of the typed errors of `errors.py` (mapped in one place there).
 """
@@ -51,6 +53,7 @@ class KubeClient:
         self.connection = connection
         self.metrics = metrics or KubeMetrics()
         self._bucket = TokenBucket(self.settings.qps, self.settings.burst)
+        self._budgets = {name: TokenBucket(qps, burst) for name, qps, burst in self.settings.budgets}
         self._session: aiohttp.ClientSession | None = None
 
     @classmethod
@@ -134,10 +137,11 @@ class KubeClient:
                            timeout_seconds=timeout_seconds)
 
     async def create(self, gvr: GVR, body: Mapping[str, Any], *, namespace: str | None = None,
-                     name: str | None = None, subresource: str | None = None) -> dict[str, Any]:
+                     name: str | None = None, subresource: str | None = None,
+                     budget: str | None = None) -> dict[str, Any]:
         """POST to the collection (or to `name/subresource`, e.g. pods/binding)."""
         path = gvr.path(namespace=namespace, name=name, subresource=subresource)
-        return await self.request("POST", path, verb="create", body=body)
+        return await self.request("POST", path, verb="create", body=body, budget=budget)
 
     async def replace(self, gvr: GVR, name: str, body: Mapping[str, Any], *,
                       namespace: str | None = None,
@@ -148,7 +152,8 @@ class KubeClient:
 
     async def patch(self, gvr: GVR, name: str, body: Any, *, namespace: str | None = None,
                     subresource: str | None = None, patch_type: str = "merge",
-                    field_manager: str | None = None, force: bool = False) -> dict[str, Any]:
+                    field_manager: str | None = None, force: bool = False,
+                    budget: str | None = None) -> dict[str, Any]:
         """PATCH with `patch_type` merge (default), json, strategic or apply."""
         content_type = PATCH_TYPES.get(patch_type)
         if content_type is None:
@@ -162,7 +167,7 @@ class KubeClient:
             params["fieldManager"] = field_manager
         path = gvr.path(namespace=namespace, name=name, subresource=subresource)
         return await self.request("PATCH", path, verb="patch", body=body, params=params,
-                                  content_type=content_type)
+                                  content_type=content_type, budget=budget)
 
     async def delete(self, gvr: GVR, name: str, *, namespace: str | None = None,
                      propagation_policy: str | None = None,
@@ -185,10 +190,14 @@ class KubeClient:
 
     async def request(self, method: str, path: str, *, verb: str,
                       params: Mapping[str, str] | None = None, body: Any = None,
-                      content_type: str = "application/json") -> dict[str, Any]:
-        """One non-streaming call; returns the decoded JSON body or raises an `ApiError`."""
+                      content_type: str = "application/json",
+                      budget: str | None = None) -> dict[str, Any]:
+        """One non-streaming call; returns the decoded JSON body or raises an `ApiError`.
+
+        `budget` names the bucket that throttles it (one of `settings.budgets`; None or an
+        unknown name: the default bucket)."""
         data = _encode(body) if body is not None else None
-        start = await self._throttle()
+        start = await self._throttle(budget)
         try:
             async with asyncio.timeout(self.settings.timeout):
                 resp = await self._send(method, path, params, data, content_type)
@@ -216,8 +225,9 @@ class KubeClient:
             kw["timeout"] = client_timeout
         return await self._get_session().request(method, self.connection.base_url + path, **kw)
 
-    async def _throttle(self) -> float:
-        waited = await self._bucket.wait()
+    async def _throttle(self, budget: str | None = None) -> float:
+        bucket = self._budgets.get(budget, self._bucket) if budget else self._bucket
+        waited = await bucket.wait()
         if waited:
             self.metrics.api_throttle.observe(waited)
         return time.monotonic()

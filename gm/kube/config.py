@@ -29,8 +29,11 @@ class ClientSettings:
     kubeconfig: str = ""  # path; "" = in-cluster, then ~/.kube/config
     master: str = ""  # API server URL; overrides the kubeconfig's server
     context: str | None = None
-    qps: float = 50.0  # client-side request rate; <= 0 disables the limiter
-    burst: int = 100
+    qps: float = 200.0  # client-side request rate (reads, child writes); <= 0 disables the limiter
+    burst: int = 400
+    budgets: tuple[tuple[str, float, int], ...] = ()
+    """Separate (name, qps, burst) buckets: a request naming one is throttled by it alone, so
+    status writes, child writes and Events cannot starve each other."""
     timeout: float = 30.0  # seconds per non-watch request
     user_agent: str = "sedna-gm"
 

@@ -4,7 +4,10 @@ Recording must never slow or fail a reconcile, so `event()` only puts the event 
 bounded queue and returns; a background task writes it. When the queue is full the
 event is dropped and counted. Repeats of the same (object uid, reason, message, type) are
 folded into the first event like client-go's recorder: a merge PATCH of `count` and
-`lastTimestamp`, or a fresh POST when that event has since been deleted.
+`lastTimestamp`, or a fresh POST when that event has since been deleted. Each involved
+object also has its own token bucket (burst 25, one more every 5 minutes, as client-go's spam
+filter), so one object in a crash loop cannot fill the queue or the API's Events; the writes
+go through the client's `events` budget, apart from status and child writes.
 
 The writer task only ends by a bug (API failures are retried, then counted and logged),
 and a dead writer would drop every later event without a word. Its policy is set by the
@@ -24,6 +27,7 @@ from typing import Any
 from gm.kube.client import KubeClient
 from gm.kube.errors import AlreadyExists, ApiError, NotFound, Unavailable
 from gm.kube.metrics import KubeMetrics
+from gm.kube.ratelimit import TokenBucket
 from gm.kube.resources import EVENTS
 from shared.logs import event
 from shared.tasks import FailFast, FatalHandler, Restart, Supervised
@@ -32,6 +36,8 @@ log = logging.getLogger(__name__)
 
 EVENT_TYPES = ("Normal", "Warning")
 MAX_MESSAGE = 1024
+SPAM_BURST = 25  # events one object may raise at once
+SPAM_QPS = 1 / 300  # and then one more every five minutes
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +63,8 @@ class EventRecorder:
 
     def __init__(self, client: KubeClient, *, component: str, host: str = "",
                  max_queue: int = 1000, cache_size: int = 4096, retries: int = 3,
-                 retry_delay: float = 0.5, metrics: KubeMetrics | None = None):
+                 retry_delay: float = 0.5, metrics: KubeMetrics | None = None,
+                 spam_burst: int = SPAM_BURST, spam_qps: float = SPAM_QPS):
         if not component:
             raise ValueError("an event recorder needs a component name")
         if retries < 1:
@@ -72,14 +79,34 @@ class EventRecorder:
         self._retries = retries
         self._retry_delay = retry_delay
         self._writer: Supervised | None = None
+        self._spam: OrderedDict[str, TokenBucket] = OrderedDict()  # per involved object, LRU
+        self._spam_burst, self._spam_qps = spam_burst, spam_qps
+
+    def _allowed(self, involved: dict[str, Any]) -> bool:
+        """Whether the involved object's own bucket has a token left for one more event."""
+        key = involved.get("uid") or _object_id(involved)
+        bucket = self._spam.get(key)
+        if bucket is None:
+            bucket = self._spam[key] = TokenBucket(self._spam_qps, self._spam_burst)
+            if len(self._spam) > self._cache_size:
+                self._spam.popitem(last=False)
+        self._spam.move_to_end(key)
+        if bucket.reserve() > 0:
+            bucket.refund()
+            return False
+        return True
 
     def event(self, obj: dict[str, Any], type: str, reason: str, message: str) -> bool:
-        """Queue an event about `obj`; False if it was dropped because the queue is full."""
+        """Queue an event about `obj`; False if it was dropped (queue full, or the object's
+        own rate limit spent)."""
         if type not in EVENT_TYPES:
             raise ValueError(f"event type must be one of {EVENT_TYPES}, got {type!r}")
         if not reason:
             raise ValueError("an event needs a reason")
         involved = involved_object(obj)
+        if not self._allowed(involved):
+            self.metrics.events_sent.inc("throttled")
+            return False
         pending = _Pending(involved, involved.get("namespace") or "default", reason,
                            message[:MAX_MESSAGE], type, time.time_ns())
         try:
@@ -157,7 +184,8 @@ class EventRecorder:
         if seen is not None:
             try:
                 await self.client.patch(EVENTS, seen.name, namespace=seen.namespace,
-                                        body={"count": seen.count + 1, "lastTimestamp": now})
+                                        body={"count": seen.count + 1, "lastTimestamp": now},
+                                        budget="events")
                 seen.count += 1
                 self._seen.move_to_end(key)
                 return "patched"
@@ -165,7 +193,7 @@ class EventRecorder:
                 del self._seen[key]  # the event expired or was deleted: write a new one
         body = self._new_event(p, now)
         try:
-            await self.client.create(EVENTS, body, namespace=p.namespace)
+            await self.client.create(EVENTS, body, namespace=p.namespace, budget="events")
         except AlreadyExists:
             pass  # a retry after a lost answer: the first POST landed
         self._remember(key, _Seen(body["metadata"]["name"], p.namespace, 1, now))

@@ -43,6 +43,10 @@ class TokenBucket:
         self._tokens -= 1.0
         return 0.0 if self._tokens > -1e-9 else -self._tokens / self.qps  # float-noise tolerant
 
+    def refund(self) -> None:
+        """Give back the token of a `reserve()` the caller decided not to use."""
+        self._tokens = min(float(self.burst), self._tokens + 1.0)
+
     async def wait(self) -> float:
         """Wait for one token; return the time waited."""
         delay = self.reserve()

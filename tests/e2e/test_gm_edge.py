@@ -4,6 +4,7 @@ upstream's JSON envelope), standing in for LCs on edge-node-1 and edge-node-2.""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import copy
 from collections.abc import Callable
@@ -362,17 +363,19 @@ async def test_token_is_required_when_configured(start_gm):
         await ws.close()
 
 
-async def test_api_failure_defers_the_report_until_a_resend_succeeds(gm, api, connect, sedna_cluster):
+async def test_api_failure_is_retried_by_the_gm_and_acked_once_written(gm, api, connect, sedna_cluster):
     await create_fl_example(api, gm)
     lc1 = await connect.native("edge-node-1")
-    sedna_cluster.faults.configure({"errors": [{"rate": 1.0, "verb": "update", "resource": "datasets", "code": 503}]})
-    await lc1.ws.send_bytes(encode_native(Message(Op.STATUS, 5, "Dataset", NS, DS1, {"numberOfSamples": 77})))
-    await eventually(lambda: gm.hub.stats.deferred == 1, message="the report deferred")
-    sedna_cluster.faults.reset()
+    sedna_cluster.faults.configure({"errors": [{"rate": 1.0, "verb": "patch", "resource": "datasets", "code": 503}]})
+    sending = asyncio.ensure_future(lc1.report(5, "Dataset", DS1, {"numberOfSamples": 77}))
+    await eventually(lambda: gm.pipeline.stats.retries >= 2, message="the write retried by the GM")
+    assert not sending.done()  # no ack before the write commits
     assert (await status_of(api, DATASETS, DS1))[0] == {}
-    ack = await lc1.report(5, "Dataset", DS1, {"numberOfSamples": 77})  # the LC resends what has no ack
-    assert ack.body is None  # the first attempt sent no ack: this is the ack of the resend
+    sedna_cluster.faults.reset()
+    ack = await asyncio.wait_for(sending, 10)  # no resend: the GM's own retry wrote it
+    assert ack.body is None
     assert (await status_of(api, DATASETS, DS1))[0]["numberOfSamples"] == 77
+    assert gm.hub.stats.deferred == 0
 
 
 async def test_unknown_kinds_are_never_placed(gm, api, caplog):

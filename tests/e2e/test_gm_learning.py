@@ -13,6 +13,7 @@ from typing import Any
 
 from gm.controllers.common import DATASETS, MODELS, PODS
 from gm.controllers.declare import sedna_gvr
+from gm.edge.pipeline import StatusPipeline
 from gm.edge.status import UpstreamStatus
 from gm.kinds import learning
 from gm.kube.errors import NotFound
@@ -99,7 +100,7 @@ async def test_an_incremental_learning_cycle_train_eval_deploy_and_back(gm, api,
         spec["deploySpec"]["model"]["hotUpdateEnabled"] = False
 
     await apply_example(api, "incremental-learning-helmet-detection.yaml", change=no_hot_update)
-    lc = FakeLC(UpstreamStatus(StatusWriter(api)), "IncrementalLearningJob", JOB)
+    lc = FakeLC(UpstreamStatus(StatusPipeline(StatusWriter(api))), "IncrementalLearningJob", JOB)
     infer = f"{JOB}-infer"
     await eventually(lambda: at(api, IL, JOB, "Train", "Waiting"), within=WAIT, message="Train/Waiting")
     first_infer = await eventually(lambda: running(api, infer), within=WAIT, message="the inference pod running")
@@ -154,7 +155,7 @@ async def _gone(api, name: str) -> bool:
 
 async def test_a_failed_train_pod_goes_back_to_train_waiting_and_a_bad_input_is_a_condition(gm, api, sedna_cluster):
     await apply_example(api, "incremental-learning-helmet-detection.yaml")
-    lc = FakeLC(UpstreamStatus(StatusWriter(api)), "IncrementalLearningJob", JOB)
+    lc = FakeLC(UpstreamStatus(StatusPipeline(StatusWriter(api))), "IncrementalLearningJob", JOB)
     await eventually(lambda: at(api, IL, JOB, "Train", "Waiting"), within=WAIT, message="Train/Waiting")
     await lc.report("train", "ready", input_={"dataURL": "/d.txt", "outputDir": "/o"})  # no models
 
@@ -179,7 +180,7 @@ async def test_a_failed_train_pod_goes_back_to_train_waiting_and_a_bad_input_is_
 async def test_a_lifelong_learning_deploy_creates_the_inference_pod_and_writes_the_knowledge_base(gm, api, sedna_cluster):
     await apply_example(api, "lifelong-learning-atcii.yaml")
     name = "atcii-classifier-demo"
-    lc = FakeLC(UpstreamStatus(StatusWriter(api)), "LifelongLearningJob", name)
+    lc = FakeLC(UpstreamStatus(StatusPipeline(StatusWriter(api))), "LifelongLearningJob", name)
     await eventually(lambda: at(api, LL, name, "Train", "Waiting"), within=WAIT, message="Train/Waiting")
     assert await read(api, PODS, f"{name}-infer") is None
     await lc.report("eval", "completed", output={"models": [
@@ -197,7 +198,7 @@ async def test_a_lifelong_learning_deploy_creates_the_inference_pod_and_writes_t
 
 async def test_a_hot_update_deploy_keeps_the_inference_pod_and_waits_for_its_report(gm, api, sedna_cluster):
     await apply_example(api, "incremental-learning-helmet-detection.yaml")  # hotUpdateEnabled: true
-    lc = FakeLC(UpstreamStatus(StatusWriter(api)), "IncrementalLearningJob", JOB)
+    lc = FakeLC(UpstreamStatus(StatusPipeline(StatusWriter(api))), "IncrementalLearningJob", JOB)
     infer = f"{JOB}-infer"
     pod = await eventually(lambda: running(api, infer), within=WAIT, message="the inference pod running")
     assert env_of(pod, "MODEL_HOT_UPDATE") == "true"

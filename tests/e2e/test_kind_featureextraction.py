@@ -9,6 +9,7 @@ from typing import Any
 
 from gm.controllers.declare import sedna_gvr
 from gm.edge.order import FIELD
+from gm.edge.pipeline import StatusPipeline
 from gm.edge.status import UpstreamStatus
 from gm.kube.errors import NotFound
 from gm.kube.resources import DEPLOYMENTS
@@ -47,11 +48,13 @@ def body(frames: int) -> dict:
 async def test_reports_become_metrics_and_outlive_reconciles(gm, api):
     await create(api)
     await eventually(lambda: _at_generation(api, 1), within=15, message="Running at generation 1")
-    handler = UpstreamStatus(StatusWriter(api))
+    handler = UpstreamStatus(StatusPipeline(StatusWriter(api)))
     await handler.handle_status(NODE, Message(Op.STATUS, 7, CASE.kind, NS, NAME, body(40)), epoch=EPOCH)
     status = await status_of(api)
     assert status["metrics"] == [{"key": "featureDim", "value": "2048"}, {"key": "frames", "value": "40"}]
-    assert status[FIELD] == [{"node": NODE, "epoch": EPOCH, "seq": 7, "time": "2026-01-01 10:00:00"}]
+    [record] = status[FIELD]
+    assert record.pop("appliedAt").endswith("Z")  # when the GM applied it (gm/edge/order.py)
+    assert record == {"node": NODE, "epoch": EPOCH, "seq": 7, "time": "2026-01-01 10:00:00"}
     # the GM's next status writes (an edit, its rollout) keep what the workers reported
     cr = await api.get(FE, NAME, namespace=NS)
     cr["spec"]["template"]["spec"]["containers"][0]["image"] = EDITED_IMAGE

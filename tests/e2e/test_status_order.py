@@ -22,13 +22,14 @@ import pytest
 from devcluster.faults import ErrorRule
 from gm.controllers.common import DATASETS, FL, JI, MODELS
 from gm.edge.order import FIELD
-from gm.edge.reports import ReportDeferred
+from gm.edge.pipeline import StatusPipeline
+from gm.edge.reports import ReportRefused
 from gm.edge.status import UpstreamStatus
 from gm.kube.resources import GVR
 from gm.kube.status import StatusWriter
 from lc.app import LocalController
 from lc.config import load
-from lc.link.dialer import GMLink, LinkSettings
+from lc.link.dialer import link_factory
 from proto import Message, Op
 from tests.conftest import eventually
 from tests.e2e.conftest import load_example
@@ -52,7 +53,7 @@ async def create_examples(api, *files: str) -> None:
 @pytest.fixture
 async def handler(api, sedna_cluster) -> UpstreamStatus:
     await create_examples(api, "federated-learning-surface-defect.yaml", "joint-inference-helmet-detection.yaml")
-    return UpstreamStatus(StatusWriter(api))
+    return UpstreamStatus(StatusPipeline(StatusWriter(api)))
 
 
 async def report(handler: UpstreamStatus, kind: str, name: str, seq: int, body: dict[str, Any], *,
@@ -77,6 +78,17 @@ def fl_body(round_: int, loss: float) -> dict[str, Any]:
         "ownerInfo": {"currentRound": round_, "updateTime": f"2026-01-01 10:0{round_}:00"}}}
 
 
+def records(status: dict[str, Any]) -> list[dict[str, Any]]:
+    """`status.lastReports` without `appliedAt` (checked to be a time when present)."""
+    out = []
+    for record in status[FIELD]:
+        record = dict(record)
+        if "appliedAt" in record:
+            assert record.pop("appliedAt").endswith("Z")
+        out.append(record)
+    return out
+
+
 def inference_number(status: dict[str, Any]) -> int | None:
     return next((int(m["value"]) for m in status.get("metrics") or [] if m["key"] == "inferenceNumber"), None)
 
@@ -85,7 +97,7 @@ async def test_dataset_replay_and_older_seq_are_no_ops(handler, api):
     await report(handler, "Dataset", DATASET, 5, {"numberOfSamples": 50})
     status, rv = await read(api, DATASETS, DATASET)
     assert status["numberOfSamples"] == 50
-    assert status[FIELD] == [{"node": NODE, "epoch": EPOCH, "seq": 5}]
+    assert records(status) == [{"node": NODE, "epoch": EPOCH, "seq": 5}]
     await report(handler, "Dataset", DATASET, 5, {"numberOfSamples": 50})  # replay
     await report(handler, "Dataset", DATASET, 4, {"numberOfSamples": 40})  # deferred earlier, resent late
     assert await read(api, DATASETS, DATASET) == (status, rv)  # nothing written at all
@@ -105,8 +117,8 @@ async def test_ji_older_reports_are_no_ops_and_a_new_outbox_epoch_is_not_ignored
     await report(handler, "JointInferenceService", JI_NAME, 1, ji_body(21), epoch="fedcba9876543210")
     status, _ = await read(api, JI, JI_NAME)
     assert inference_number(status) == 21
-    assert status[FIELD] == [{"node": NODE, "epoch": "fedcba9876543210", "seq": 1,
-                              "time": "2026-01-01 10:00:00"}]
+    assert records(status) == [{"node": NODE, "epoch": "fedcba9876543210", "seq": 1,
+                                "time": "2026-01-01 10:00:00"}]
 
 
 async def test_upstream_reports_are_ordered_by_their_own_time(handler, api):
@@ -132,16 +144,55 @@ async def test_fl_late_round_report_changes_neither_job_nor_model(handler, api):
     assert ((await read(api, FL, FL_JOB))[1], (await read(api, MODELS, FL_MODEL))[1]) == (job_rv, model_rv)
 
 
-async def test_fl_report_resent_after_its_model_write_failed_still_reaches_the_model(handler, api, sedna_cluster):
-    sedna_cluster.faults.errors = [ErrorRule(rate=1.0, verb="update", resource="models")]
-    with pytest.raises(ReportDeferred, match="Model default/surface-defect-detection-model"):
-        await report(handler, "FederatedLearningJob", FL_JOB, 3, fl_body(1, 0.9))
+async def test_fl_report_whose_model_write_fails_is_retried_by_the_gm(handler, api, sedna_cluster):
+    sedna_cluster.faults.errors = [ErrorRule(rate=1.0, verb="patch", resource="models")]
+    pending = asyncio.ensure_future(report(handler, "FederatedLearningJob", FL_JOB, 3, fl_body(1, 0.9)))
+    await eventually(lambda: handler.pipeline.stats.retries >= 2, message="the Model write retried")
+    assert not pending.done()  # not acked while the Model still owes the metrics
     sedna_cluster.faults.reset()
-    _, job_rv = await read(api, FL, FL_JOB)
-    await report(handler, "FederatedLearningJob", FL_JOB, 3, fl_body(1, 0.9))  # the LC resends it
-    assert (await read(api, FL, FL_JOB))[1] == job_rv  # the job already had it
+    await asyncio.wait_for(pending, 10)
     model, _ = await read(api, MODELS, FL_MODEL)
     assert model["metrics"] == [{"key": "loss", "value": "0.9"}]
+    _, job_rv = await read(api, FL, FL_JOB)
+    await report(handler, "FederatedLearningJob", FL_JOB, 3, fl_body(1, 0.9))  # a resend: no-op
+    assert (await read(api, FL, FL_JOB))[1] == job_rv
+
+
+async def test_a_status_the_api_server_refuses_is_refused_and_other_reports_still_apply(handler, api):
+    huge = {f"k{i}": "x" * 64 for i in range(40_000)}  # ~3 MiB of metrics: over the request limit
+    body = ji_body(30)
+    body["output"]["ownerInfo"].update(huge)
+    with pytest.raises(ReportRefused, match="refused the status"):
+        await report(handler, "JointInferenceService", JI_NAME, 40, body)
+    await report(handler, "JointInferenceService", JI_NAME, 41, ji_body(31))
+    await report(handler, "Dataset", DATASET, 42, {"numberOfSamples": 7})
+    status, _ = await read(api, JI, JI_NAME)
+    assert inference_number(status) == 31
+    assert (await read(api, DATASETS, DATASET))[0]["numberOfSamples"] == 7
+
+
+async def test_forged_far_future_seq_changes_nothing(handler, api):
+    await report(handler, "Dataset", DATASET, 5, {"numberOfSamples": 50})
+    with pytest.raises(ReportRefused, match="beyond any its LC could have reached"):
+        await report(handler, "Dataset", DATASET, 2**63 - 1, {"numberOfSamples": 0})
+    status, _ = await read(api, DATASETS, DATASET)
+    assert (status["numberOfSamples"], records(status)[0]["seq"]) == (50, 5)
+    await report(handler, "Dataset", DATASET, 6, {"numberOfSamples": 60})  # the real LC goes on
+    assert (await read(api, DATASETS, DATASET))[0]["numberOfSamples"] == 60
+
+
+async def test_reports_from_two_nodes_share_one_write(handler, api):
+    gvr_writes = handler.pipeline.stats.writes
+    jobs = [handler.submit(node, Message(Op.STATUS, seq, "FederatedLearningJob", NS, FL_JOB, fl_body(r, 0.1 * r)),
+                           epoch=EPOCH)
+            for node, seq, r in (("edge-node-1", 1, 1), ("edge-node-2", 1, 2), ("edge-node-1", 2, 3))]
+    await asyncio.gather(*jobs)
+    job, _ = await read(api, FL, FL_JOB)
+    assert {r["node"] for r in job[FIELD]} == {"edge-node-1", "edge-node-2"}
+    training = next(c for c in job["conditions"] if c["type"] == "Training")
+    assert training["message"].startswith("Round 3 ")
+    # the job: one write for the first report, one for the two that queued behind it
+    assert handler.pipeline.stats.writes - gvr_writes <= 2 + 3  # + at most one Model write each
 
 
 # ---- the reproduction: a real GM and LC, half the JI status writes failing -----------------------
@@ -152,14 +203,6 @@ def lc_env(tmp_path: Path, gm_port: int) -> dict[str, str]:
     rootfs.mkdir(exist_ok=True)
     return {"GM_ADDRESS": f"127.0.0.1:{gm_port}", "NODENAME": NODE, "BIND_ADDRESS": "127.0.0.1",
             "BIND_PORT": "0", "ROOTFS_MOUNT_DIR": str(rootfs), "LC_DB_PATH": str(tmp_path / "lc.db")}
-
-
-def quick_resend_link(lc: LocalController) -> GMLink:
-    """The production link with a short ack timeout, so deferred reports come back within the test."""
-    cfg = lc.config
-    assert cfg.gm_url is not None and lc.store is not None
-    settings = LinkSettings(url=cfg.gm_url, node=cfg.node_name, ack_timeout=0.5, idle_poll=0.2)
-    return GMLink(settings, store=lc.store, sink=lc, registry=lc.metrics.registry)
 
 
 class StatusWatch:
@@ -199,13 +242,13 @@ def worker_report(n: int) -> dict[str, Any]:
                           "updateTime": f"2026-01-01 10:{n:02d}:00"}}
 
 
-async def test_deferred_reports_resent_after_the_ack_timeout_never_move_the_status_back(
+async def test_half_the_status_writes_failing_reports_reach_the_cr_and_never_move_it_back(
         start_gm, api, sedna_cluster, tmp_path):
     gm = await start_gm()
     await create_examples(api, "joint-inference-helmet-detection.yaml")
     watch = StatusWatch()
     watcher = asyncio.create_task(watch.run(api), name="test-ji-watch")
-    lc = LocalController(load(lc_env(tmp_path, gm.port)), link_factory=quick_resend_link)
+    lc = LocalController(load(lc_env(tmp_path, gm.port)), link_factory=link_factory)  # ack timeout 60 s
     await lc.start()
     try:
         await asyncio.wait_for(watch.opened.wait(), 10)
@@ -213,15 +256,16 @@ async def test_deferred_reports_resent_after_the_ack_timeout_never_move_the_stat
                          within=10, message="the JI reached the LC")
         # The faults hit every JI status write: let the GM's reconciler finish its own first.
         await eventually(workers_running(api), within=15, message="both JI workers running")
-        sedna_cluster.faults.errors = [ErrorRule(rate=0.5, verb="update", resource="jointinferenceservices")]
+        sedna_cluster.faults.errors = [ErrorRule(rate=0.5, verb="patch", resource="jointinferenceservices")]
         async with aiohttp.ClientSession() as http:
             for n in range(1, 21):
                 async with http.post(f"http://127.0.0.1:{lc.port}/sedna/workers/{JI_NAME}-edge-abc12/info",
                                      json=worker_report(n)) as resp:
                     assert resp.status == 200, await resp.text()
-        await eventually(lambda: gm.hub.stats.deferred >= 3, within=20, message="reports deferred and resent")
-        sedna_cluster.faults.reset()
+        # the GM retries failed writes itself: no wait for the LC's resend
         await eventually(lambda: lc.store.outbox_size == 0, within=30, message="every report acked")
+        assert gm.pipeline.stats.retries >= 1 and gm.hub.stats.deferred == 0
+        sedna_cluster.faults.reset()
         _, rv = await read(api, JI, JI_NAME)
         await eventually(lambda: watch.resource_version >= int(rv), within=10, message="the watch caught up")
     finally:
@@ -235,4 +279,32 @@ async def test_deferred_reports_resent_after_the_ack_timeout_never_move_the_stat
     status, _ = await read(api, JI, JI_NAME)
     [record] = status[FIELD]  # the LC's own outbox epoch came through its hello
     assert (record["node"], record["epoch"], record["time"]) == (NODE, lc.store.outbox_epoch, "2026-01-01 10:20:00")
-    assert gm.hub.stats.held_back >= 1  # later reports waited for a deferred one
+
+
+async def test_gm_dying_between_write_and_ack_loses_nothing_and_repeats_nothing(start_gm, api, tmp_path):
+    gm = await start_gm()
+    port = gm.port
+    await create_examples(api, "joint-inference-helmet-detection.yaml")
+    lc = LocalController(load(lc_env(tmp_path, port)), link_factory=link_factory)
+    await lc.start()
+    try:
+        await eventually(lambda: lc.store.get_resource("JointInferenceService", NS, JI_NAME),
+                         within=10, message="the JI reached the LC")
+        await eventually(workers_running(api), within=15, message="both JI workers running")
+        committed = asyncio.Event()
+        assert gm.pipeline is not None
+        gm.pipeline._settle = lambda batch, verdicts: committed.set()  # the write lands; the ack never leaves
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"http://127.0.0.1:{lc.port}/sedna/workers/{JI_NAME}-edge-abc12/info",
+                                 json=worker_report(7)) as resp:
+                assert resp.status == 200
+        await asyncio.wait_for(committed.wait(), 10)
+        status, rv = await read(api, JI, JI_NAME)
+        assert inference_number(status) == 7 and lc.store.outbox_size == 1  # written, not acked
+        await gm.stop()  # the GM goes away between the write and the ack
+        gm2 = await start_gm(websocket=f"{{address: 127.0.0.1, port: {port}}}")
+        await eventually(lambda: lc.store.outbox_size == 0, within=30, message="the resend acked")
+        assert (await read(api, JI, JI_NAME))[1] == rv  # the resend was stale: nothing written again
+        assert gm2.pipeline is not None and gm2.pipeline.stats.stale >= 1
+    finally:
+        await lc.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gm.edge.pipeline import StatusPipeline
 from gm.edge.reports import ReportInvalid, ReportRefused
 from gm.edge.status import (
     FLReport,
@@ -195,7 +196,7 @@ def message(kind, body):
 
 async def test_handler_refuses_unknown_kinds_and_invalid_bodies_before_any_write():
     # No API behind the writer: these reports must be decided without one.
-    handler = UpstreamStatus(StatusWriter(client=None))  # type: ignore[arg-type]
+    handler = UpstreamStatus(StatusPipeline(StatusWriter(client=None)))  # type: ignore[arg-type]
     with pytest.raises(ReportRefused, match="no status reports for kind 'Model'"):
         await handler.handle_status("n1", message("Model", {"phase": "Train"}))
     with pytest.raises(ReportInvalid, match="status must be one of ready, completed, failed, waiting"):

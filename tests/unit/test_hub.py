@@ -15,7 +15,7 @@ from aiohttp import WSMsgType, web
 
 import proto
 from gm.edge.auth import NodeAuth, NodeTokens, NodeTokenTable, TokenReviewAuth
-from gm.edge.hub import MAX_HELD, Hub, _Holds
+from gm.edge.hub import Hub
 from gm.edge.reports import ReportDeferred, ReportInvalid
 from gm.kube.errors import Unavailable
 from gm.kube.tokenreview import NODE_NAME_EXTRA, TokenReviewResult
@@ -37,12 +37,18 @@ class MemHandler:
         self.unavailable: set[str] = set()  # names deferred while listed here
         self.defer_seqs: set[int] = set()  # seqs deferred while listed here
         self.refuse_seqs: set[int] = set()  # seqs refused while listed here
+        self.gates: dict[str, asyncio.Event] = {}  # names whose reports wait for their gate
+
+    def submit(self, node: str, message: Message, *, epoch: str = ""):
+        return self.handle_status(node, message, epoch=epoch)
 
     async def handle_status(self, node: str, message: Message, *, epoch: str = "") -> None:
         if message.name == "invalid" or message.seq in self.refuse_seqs:
             raise ReportInvalid("numberOfSamples must be an integer")
         if message.name == "later" or message.name in self.unavailable or message.seq in self.defer_seqs:
             raise ReportDeferred("api server unavailable")
+        if (gate := self.gates.get(message.name)) is not None:
+            await gate.wait()
         self.epochs.append(epoch)
         if message.name == "crash":
             raise RuntimeError("handler bug")
@@ -313,6 +319,32 @@ async def test_status_for_unassigned_object_is_refused(make_hub: HubFactory, htt
     assert await recv(ws) == proto.ack(4)
 
 
+async def test_a_slow_report_never_holds_another_objects_ack(make_hub: HubFactory, http: aiohttp.ClientSession,
+                                                              handler: MemHandler) -> None:
+    hub, url = await make_hub()
+    ws = await connect(http, url)
+    await read_snapshot(ws)
+    handler.gates["d1"] = asyncio.Event()  # d1's write does not commit yet
+    await send_status(ws, 1, "d1")
+    await send_status(ws, 2, "d2")
+    assert await recv(ws) == proto.ack(2)  # acked out of order: d2 did not wait for d1
+    handler.gates["d1"].set()
+    assert await recv(ws) == proto.ack(1)
+    assert [m.seq for _, m in handler.applied] == [2, 1]
+
+
+async def test_a_session_that_keeps_sending_refused_reports_is_closed(make_hub: HubFactory,
+                                                                      http: aiohttp.ClientSession) -> None:
+    hub, url = await make_hub(max_refusals=5, refusal_window=60.0)
+    ws = await connect(http, url)
+    await read_snapshot(ws)
+    for seq in range(1, 7):
+        await send_status(ws, seq, "o1")  # not assigned to this node: each one refused
+    code, reason = await recv_close(ws)
+    assert code == 1008 and reason == "more than 5 refused reports within 60s"
+    assert hub.stats.sessions_refusing == 1 and hub.stats.refused == 6
+
+
 @pytest.mark.expect_log_errors(r"hub status handler failed")
 async def test_handler_outcomes(make_hub: HubFactory, http: aiohttp.ClientSession, handler: MemHandler,
                                 caplog: pytest.LogCaptureFixture) -> None:
@@ -337,24 +369,6 @@ async def test_handler_outcomes(make_hub: HubFactory, http: aiohttp.ClientSessio
     assert logged["hub status handler failed"].exc_info[0] is RuntimeError
 
 
-async def test_handler_timeout_defers(make_hub: HubFactory, http: aiohttp.ClientSession, handler: MemHandler) -> None:
-    hub, url = await make_hub(handler_timeout=0.1)
-    release = asyncio.Event()
-    original = handler.handle_status
-
-    async def slow(node: str, message: Message, *, epoch: str = "") -> None:
-        if message.seq == 1:
-            await release.wait()
-        await original(node, message)
-
-    handler.handle_status = slow  # type: ignore[method-assign]
-    ws = await connect(http, url)
-    await read_snapshot(ws)
-    await send_status(ws, 1, "d1")
-    await send_status(ws, 2, "d2")
-    assert await recv(ws) == proto.ack(2)
-    assert hub.stats.deferred == 1 and [m.seq for _, m in handler.applied] == [2]
-
 
 async def test_handler_gets_the_outbox_epoch_of_the_hello(make_hub: HubFactory, http: aiohttp.ClientSession,
                                                            handler: MemHandler) -> None:
@@ -371,81 +385,8 @@ async def test_handler_gets_the_outbox_epoch_of_the_hello(make_hub: HubFactory, 
     assert handler.epochs == ["0f3a9c", ""]
 
 
-async def test_deferred_report_is_not_overtaken_by_later_ones_for_its_object(
-        make_hub: HubFactory, http: aiohttp.ClientSession, handler: MemHandler) -> None:
-    hub, url = await make_hub()
-    ws = await connect(http, url)
-    await read_snapshot(ws)
-    handler.defer_seqs.add(1)
-    await send_status(ws, 1, "d1")  # deferred: no ack
-    await eventually(lambda: hub.stats.deferred == 1, "first report deferred")
-    handler.defer_seqs.clear()
-    await send_status(ws, 2, "d1")  # would apply, but must not overtake 1: held
-    await send_status(ws, 3, "d2")  # another object goes on
-    assert await recv(ws) == proto.ack(3)
-    await send_status(ws, 2, "d1")  # resent after the LC's ack timeout: still held, once
-    await send_status(ws, 1, "d1")  # the deferred one comes back: applied, then what it held
-    assert [await recv(ws), await recv(ws)] == [proto.ack(1), proto.ack(2)]
-    assert [(m.name, m.seq) for _, m in handler.applied] == [("d2", 3), ("d1", 1), ("d1", 2)]
-    assert (hub.stats.deferred, hub.stats.held_back, hub.stats.status_applied) == (1, 1, 3)
 
 
-async def test_released_report_deferred_again_keeps_holding_the_rest(
-        make_hub: HubFactory, http: aiohttp.ClientSession, handler: MemHandler) -> None:
-    hub, url = await make_hub()
-    ws = await connect(http, url)
-    await read_snapshot(ws)
-    handler.defer_seqs.update({1, 2})
-    await send_status(ws, 1, "d1")
-    await send_status(ws, 2, "d1")
-    await send_status(ws, 3, "d1")
-    await eventually(lambda: hub.stats.held_back == 2, "2 and 3 held behind 1")
-    handler.defer_seqs.discard(1)
-    await send_status(ws, 1, "d1")  # applied; releases 2, which is deferred and now holds 3
-    assert await recv(ws) == proto.ack(1)
-    await eventually(lambda: hub.stats.deferred == 2, "2 deferred on release")
-    handler.defer_seqs.clear()
-    await send_status(ws, 3, "d1")  # the LC resends 3 first: held behind 2
-    await send_status(ws, 2, "d1")
-    assert [await recv(ws), await recv(ws)] == [proto.ack(2), proto.ack(3)]
-    assert [m.seq for _, m in handler.applied] == [1, 2, 3]
-
-
-async def test_refusing_the_deferred_report_releases_the_later_ones(
-        make_hub: HubFactory, http: aiohttp.ClientSession, handler: MemHandler) -> None:
-    hub, url = await make_hub()
-    ws = await connect(http, url)
-    await read_snapshot(ws)
-    handler.defer_seqs.update({4, 5})
-    await send_status(ws, 5, "d1")
-    await send_status(ws, 4, "d1")  # older than the deferred one: not held, deferred on its own
-    await eventually(lambda: hub.stats.deferred == 2, "both deferred")
-    handler.defer_seqs.clear()
-    await send_status(ws, 5, "d1")  # now held behind 4, the lowest deferred seq
-    await eventually(lambda: hub.stats.held_back == 1, "held")
-    handler.refuse_seqs.add(4)
-    await send_status(ws, 4, "d1")  # refused for good: acked with the reason, releases 5
-    assert [await recv(ws), await recv(ws)] == [proto.ack(4, error="numberOfSamples must be an integer"),
-                                                proto.ack(5)]
-    assert [m.seq for _, m in handler.applied] == [5]
-    assert (hub.stats.held_back, hub.stats.refused) == (1, 1)
-
-
-async def test_held_reports_are_forgotten_with_the_session(
-        make_hub: HubFactory, http: aiohttp.ClientSession, handler: MemHandler) -> None:
-    hub, url = await make_hub()
-    ws = await connect(http, url)
-    await read_snapshot(ws)
-    handler.unavailable.add("d1")
-    await send_status(ws, 1, "d1")
-    await eventually(lambda: hub.stats.deferred == 1, "deferred")
-    await ws.close()
-    handler.unavailable.clear()
-    ws = await connect(http, url)  # the LC replays in seq order in its new session
-    await read_snapshot(ws)
-    await send_status(ws, 2, "d1")
-    assert await recv(ws) == proto.ack(2)
-    assert hub.stats.held_back == 0
 
 
 # ---- broken peers ---------------------------------------------------------------------------
@@ -597,7 +538,7 @@ async def test_upstream_deferred_report_does_not_hold_later_ones(
         handler.unavailable.clear()
     await eventually(lambda: len(handler.applied) == 1, "second report applied")
     assert handler.applied[0][1].body == {"numberOfSamples": 2}
-    assert hub.stats.held_back == 0 and handler.epochs == [""]
+    assert handler.epochs == [""]
 
 
 async def test_upstream_garbage_closes_session(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
@@ -790,24 +731,3 @@ async def test_shared_token_proves_membership_not_the_node(make_hub: HubFactory,
 def test_token_and_authenticator_are_exclusive(source: MemSource, handler: MemHandler) -> None:
     with pytest.raises(ValueError, match="not both"):
         Hub(source, handler, token="s3cret", auth=node_tokens())
-
-
-def test_holds_release_in_seq_order_below_every_unsettled_seq_and_are_bounded() -> None:
-    holds = _Holds()
-    key = ("Dataset", "default", "d1")
-
-    def status(seq: int) -> Message:
-        return Message(Op.STATUS, seq, *key, {"numberOfSamples": seq})
-
-    holds.record(status(2), settled=False)
-    holds.record(status(5), settled=False)
-    assert holds.blocker(key) == 2
-    assert [holds.hold(status(s)) for s in (4, 3, 6, 4)] == [True, True, True, False]
-    assert holds.release(key) is None  # 2 is still unsettled
-    holds.record(status(2), settled=True)
-    assert [m.seq for m in iter(lambda: holds.release(key), None)] == [3, 4]  # 6 waits for 5
-    holds.record(status(5), settled=True)
-    assert holds.release(key).seq == 6 and holds.release(key) is None and holds.blocker(key) is None
-    for seq in range(100, 100 + MAX_HELD):
-        assert holds.hold(status(seq)) is True
-    assert holds.hold(status(99)) is None

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import proto
+from gm.edge.pipeline import StatusPipeline
 from gm.edge.reports import ReportRefused
 from gm.edge.status import UpstreamStatus
 from gm.kube.status import StatusWriter
@@ -164,7 +165,7 @@ def test_upstream_frames_decode_to_registry_kinds() -> None:
     pytest.param("Model", "no status reports for kind 'Model'$", id="known-without-handler"),
 ])
 async def test_upstream_table_refuses_kinds_without_a_handler(kind: str, reason: str) -> None:
-    handler = UpstreamStatus(StatusWriter(client=None))  # type: ignore[arg-type]
+    handler = UpstreamStatus(StatusPipeline(StatusWriter(client=None)))  # type: ignore[arg-type]
     with pytest.raises(ReportRefused, match=reason):
         await handler.handle_status("n1", proto.Message(proto.Op.STATUS, 1, kind, NS, "x", {}))
     assert set(handler.kinds) <= {api.kind for api in apis.ALL_KINDS}
