@@ -123,7 +123,10 @@ async def test_federated_learning_children_self_heal_and_status(gm, seed_ns):
 
     # self-heal: a deleted training pod of a running job comes back
     victim = next(p for p in pods if "trainworker" in p["metadata"]["name"])
-    await kubectl("delete", "pod", victim["metadata"]["name"], "-n", seed_ns, "--wait=true", "--timeout=60s")
+    # no `--wait`: kubectl's wait for the delete lists the pod by name, and when the GM has already
+    # recreated it (kwok deletes at once, the GM recreates within milliseconds) it waits for the
+    # new pod to go too, until its timeout; `healed` below waits for a new uid instead
+    await kubectl("delete", "pod", victim["metadata"]["name"], "-n", seed_ns, "--wait=false")
 
     async def healed():
         again = [p for p in await _owned("pods", seed_ns, fl) if p["metadata"]["name"] == victim["metadata"]["name"]]
