@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from devcluster.errors import ApiError
+from devcluster.errors import ApiError, bad_request
 from devcluster.managedfields import (
     Entry,
     Path,
@@ -43,11 +43,14 @@ def server_side_apply(rt: Any, live: dict[str, Any] | None, config: dict[str, An
                       force: bool, now: float, subresource: str | None = None) -> dict[str, Any]:
     """The object after `manager` applies `config` to `live` (None: created), managedFields included.
 
-    Raises ApiError 409 on conflicts when not forced. Neither argument is mutated.
+    Raises ApiError 409 on conflicts when not forced, 400 when the configuration carries
+    managedFields (even `[]`: only the server writes them on an apply). Neither argument is mutated.
     """
     shape = shape_of(rt)
-    config = {**config, "metadata": {k: v for k, v in (config.get("metadata") or {}).items()
-                                     if k != "managedFields"}}
+    meta = config.get("metadata") if isinstance(config.get("metadata"), dict) else {}
+    if meta.get("managedFields") is not None:
+        raise bad_request("metadata.managedFields must be nil")
+    config = {**config, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
     entries = base_entries(None, (live or {}).get("metadata", {}).get("managedFields"))
     mine = Entry(manager, "Apply", rt.api_version, None, set(), subresource or "")
     previous = next((e for e in entries if e.ident == mine.ident), None)

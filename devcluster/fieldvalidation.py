@@ -29,6 +29,10 @@ __all__ = ["Directive", "SchemaView", "Outcome", "directive", "duplicate_fields"
 Directive = str  # "Strict" | "Warn" | "Ignore"
 _SUPPORTED = ("", "Ignore", "Strict", "Warn")
 QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
+# Types whose JSON the typed decoder keeps as raw bytes, never decoding it into fields: a
+# managedFields entry's `fieldsV1` (`{"f:spec": {...}}`) and embedded RawExtensions. Nothing
+# inside them is a field to check or prune, for built-ins and custom resources alike.
+OPAQUE = ("io.k8s.apimachinery.pkg.apis.meta.v1.FieldsV1", "io.k8s.apimachinery.pkg.runtime.RawExtension")
 _PRESERVE = "x-kubernetes-preserve-unknown-fields"
 _EMBEDDED = "x-kubernetes-embedded-resource"
 _ROOT_META = ("apiVersion", "kind", "metadata")
@@ -134,6 +138,8 @@ def _walk(view: SchemaView, schema: dict | None, value: Any, path: str, out: Out
         return value
     if is_quantity(schema):
         return _quantity(value, out)
+    if is_opaque(schema):
+        return value
     schema = view.resolve(schema)
     if isinstance(value, dict):
         return _walk_object(view, schema, value, path, out)
@@ -144,12 +150,22 @@ def _walk(view: SchemaView, schema: dict | None, value: Any, path: str, out: Out
     return value
 
 
-def is_quantity(schema: dict) -> bool:
-    """True for a `$ref` to Quantity, bare or wrapped in a one-element `allOf`."""
+def _ref(schema: dict) -> str:
+    """The `$ref` of a schema, bare or wrapped in a one-element `allOf`; "" without one."""
     ref = schema.get("$ref")
     if ref is None and len(schema.get("allOf") or ()) == 1:
         ref = schema["allOf"][0].get("$ref")
-    return isinstance(ref, str) and ref.endswith(QUANTITY)
+    return ref if isinstance(ref, str) else ""
+
+
+def is_quantity(schema: dict) -> bool:
+    """True for a `$ref` to Quantity."""
+    return _ref(schema).endswith(QUANTITY)
+
+
+def is_opaque(schema: dict) -> bool:
+    """True for a `$ref` to a type kept as raw JSON (FieldsV1, RawExtension)."""
+    return _ref(schema).endswith(OPAQUE)
 
 
 def _quantity(value: Any, out: Outcome) -> Any:
@@ -336,7 +352,7 @@ def _json_patch_op(view: SchemaView, op: dict, out: Outcome) -> dict | None:
 
 def _step(view: SchemaView, schema: Any, seg: str, path: str) -> tuple[Any, str]:
     """The schema one JSON-pointer segment down, and the field path there."""
-    if schema is None or is_quantity(schema):
+    if schema is None or is_quantity(schema) or is_opaque(schema):
         return None, _join(path, seg)
     schema = view.resolve(schema)
     if isinstance(schema.get("items"), dict):

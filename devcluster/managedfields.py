@@ -401,21 +401,63 @@ class Entry:
         return out
 
 
-def decode_entries(raw: Any) -> list[Entry]:
-    """Entries of a stored or requested managedFields list; ValueError when one is malformed."""
+def decode_entries(raw: Any, *, keep_raw: bool = True) -> list[Entry]:
+    """Entries of a stored or requested managedFields list; ValueError when one is malformed.
+
+    The real decoder's checks: `operation` Apply or Update, a non-empty `apiVersion`,
+    `fieldsType` FieldsV1 and a FieldsV1 tree that parses. Two entries for one manager: the
+    last wins. `keep_raw=False` re-encodes every entry (a request's JSON is never stored as sent).
+    """
     if raw is None:
         return []
     if not isinstance(raw, list):
         raise ValueError("managedFields must be a list")
-    out = []
-    for e in raw:
+    out: dict[tuple[str, str, str, str], Entry] = {}
+    for i, e in enumerate(raw):
         if not isinstance(e, dict) or e.get("operation") not in ("Apply", "Update"):
-            raise ValueError("managedFields entry without a valid operation")
-        if e.get("fieldsType", "FieldsV1") != "FieldsV1":
-            raise ValueError(f"unsupported fieldsType {e.get('fieldsType')!r}")
-        out.append(Entry(str(e.get("manager", "")), e["operation"], str(e.get("apiVersion", "")), e.get("time"),
-                         decode_fields(e.get("fieldsV1") or {}), str(e.get("subresource") or ""), e))
-    return out
+            raise ValueError("operation must be `Apply` or `Update`")
+        if not e.get("apiVersion") or not isinstance(e["apiVersion"], str):
+            raise ValueError("apiVersion must not be empty")
+        if e.get("fieldsType") != "FieldsV1":
+            raise ValueError(f"missing or invalid fieldsType in managed fields entry {i}")
+        fields = e.get("fieldsV1")
+        entry = Entry(str(e.get("manager") or ""), e["operation"], e["apiVersion"], e.get("time"),
+                      decode_fields({} if fields is None else fields), str(e.get("subresource") or ""),
+                      e if keep_raw else None)
+        out.pop(entry.ident, None)
+        out[entry.ident] = entry
+    return list(out.values())
+
+
+def is_reset(requested: Any) -> bool:
+    """`[]` or `[{}]`: the client asks for managedFields to be cleared (absent or null is not)."""
+    return isinstance(requested, list) and (requested == [] or requested == [{}])
+
+
+def base_entries(requested: Any, stored: Any, *, subresource: str | None = None) -> list[Entry]:
+    """The ownership a write starts from, by the real field manager's rules (its `decodeManagedFields`).
+
+    - A write through a subresource never takes managedFields from its body: the stored ones.
+    - `[]` or `[{}]` resets them (fields written in the same request then go to the writer).
+    - Otherwise entries that decode replace the stored ones (a client may hand ownership over,
+      as kubectl does when it moves client-side apply to server-side apply, and a read-modify-write
+      of a whole object sends them back unchanged).
+    - Absent, null or malformed (one bad entry spoils the list): the stored ones, so clients unaware
+      of managedFields never wipe them. Stored entries that do not decode count as none.
+    """
+    if subresource is None:
+        if is_reset(requested):
+            return []
+        try:
+            entries = decode_entries(requested, keep_raw=False)
+        except ValueError:
+            entries = []
+        if entries:
+            return entries
+    try:
+        return decode_entries(stored)
+    except ValueError:
+        return []
 
 
 def _sort_key(e: Entry) -> tuple[Any, ...]:
@@ -425,27 +467,6 @@ def _sort_key(e: Entry) -> tuple[Any, ...]:
 def encode_entries(entries: Iterable[Entry]) -> list[dict[str, Any]]:
     """Non-empty entries in the real server's order: Apply before Update, then oldest first."""
     return [e.to_json() for e in sorted((e for e in entries if e.fields), key=_sort_key)]
-
-
-def base_entries(requested: Any, stored: Any) -> list[Entry]:
-    """The ownership a write starts from.
-
-    A request that sends managedFields replaces them (a client may hand ownership over, as
-    kubectl does when it moves client-side apply to server-side apply); `[{}]` resets them;
-    an absent or empty list keeps what is stored, so clients unaware of managedFields never
-    wipe them. Malformed entries reset ownership, as the real server does.
-    """
-    if isinstance(requested, list) and requested:
-        if requested == [{}]:
-            return []
-        try:
-            return decode_entries(requested)
-        except ValueError:
-            return []
-    try:
-        return decode_entries(stored)
-    except ValueError:
-        return []
 
 
 # --------------------------------------------------------------------------- the tracked view
@@ -471,9 +492,15 @@ def record_update(rt: Any, old: dict[str, Any] | None, new: dict[str, Any], *, m
     """Give `new` the managedFields after an Update by `manager` (in place on new's metadata).
 
     The manager takes every field it changed, from whoever owned it (an update never
-    conflicts); a field it removed leaves every manager's set.
+    conflicts); a field it removed leaves every manager's set. An update (not a create) that
+    starts from no ownership at all, after a reset or on an object nobody owns anything of,
+    records none: the real server stops tracking such an object until the next apply.
     """
-    entries = base_entries(requested, (old or {}).get("metadata", {}).get("managedFields"))
+    entries = base_entries(requested, (old or {}).get("metadata", {}).get("managedFields"),
+                           subresource=subresource)
+    if old is not None and not entries:
+        new["metadata"].pop("managedFields", None)
+        return
     shape = shape_of(rt)
     diff = compare(tracked(rt, old, subresource), tracked(rt, new, subresource), shape)
     mine = Entry(manager, "Update", rt.api_version, None, set(), subresource or "")

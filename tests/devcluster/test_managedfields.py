@@ -68,17 +68,83 @@ def test_compare_adds_new_maps_as_nodes_but_not_zero_structs():
         {("f:data", "f:c")}, {("f:data", "f:b")}, {("f:data", "f:a")})
 
 
-@pytest.mark.parametrize(("requested", "expected"), [
-    pytest.param(None, ["stored"], id="absent-keeps"),
-    pytest.param([], ["stored"], id="empty-keeps"),
-    pytest.param([{}], [], id="single-empty-entry-resets"),
-    pytest.param([{"manager": "new", "operation": "Update", "fieldsV1": {}}], ["new"], id="replaces"),
-    pytest.param([{"manager": "bad", "operation": "Nope"}], [], id="malformed-resets"),
+def _entry(manager: str, fields: dict, **extra) -> dict:
+    return {"manager": manager, "operation": "Update", "apiVersion": "v1", "time": "2026-01-01T00:00:00Z",
+            "fieldsType": "FieldsV1", "fieldsV1": fields, **extra}
+
+
+STORED = [_entry("stored", {"f:data": {"f:a": {}}})]
+
+
+# The real field manager's decodeManagedFields: reset on `[]`/`[{}]`, the body's entries when
+# they decode, else the stored ones; a subresource write never takes them from its body.
+@pytest.mark.parametrize(("requested", "subresource", "expected"), [
+    pytest.param(None, None, ["stored"], id="absent-keeps"),
+    pytest.param([], None, [], id="empty-list-resets"),
+    pytest.param([{}], None, [], id="single-empty-entry-resets"),
+    pytest.param([{}, {}], None, ["stored"], id="two-empty-entries-are-malformed"),
+    pytest.param([_entry("new", {})], None, ["new"], id="replaces"),
+    pytest.param([_entry("new", {"f:data": {}})], "status", ["stored"], id="subresource-ignores-the-body"),
+    pytest.param([{}], "status", ["stored"], id="subresource-never-resets"),
+    pytest.param([_entry("bad", {}, operation="Nope")], None, ["stored"], id="bad-operation-keeps"),
+    pytest.param([_entry("bad", {}, apiVersion="")], None, ["stored"], id="no-api-version-keeps"),
+    pytest.param([_entry("bad", {}, fieldsType="")], None, ["stored"], id="no-fields-type-keeps"),
+    pytest.param([_entry("bad", {"x:bad": {}})], None, ["stored"], id="bad-fields-v1-keeps"),
+    pytest.param([_entry("new", {}), _entry("bad", {}, operation="")], None, ["stored"],
+                 id="one-bad-entry-spoils-the-list"),
 ])
-def test_base_entries(requested, expected):
-    stored = [{"manager": "stored", "operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1",
-               "fieldsV1": {"f:data": {"f:a": {}}}}]
-    assert [e.manager for e in base_entries(requested, stored)] == expected
+def test_base_entries(requested, subresource, expected):
+    assert [e.manager for e in base_entries(requested, STORED, subresource=subresource)] == expected
+
+
+def test_entries_from_a_request_are_re_encoded():
+    sent = [_entry("me", {"f:data": {"f:b": {}, "f:a": {}}}, extra="dropped"), _entry("me", {"f:data": {"f:a": {}}})]
+    (entry,) = base_entries(sent, STORED)  # one manager: the last entry wins
+    assert entry.to_json() == _entry("me", {"f:data": {"f:a": {}}})
+
+
+CM = Registry.with_builtins().for_kind("v1", "ConfigMap")
+
+
+def _cm(data: dict, managed: list | None = None) -> dict:
+    meta = {"name": "c", "managedFields": managed} if managed is not None else {"name": "c"}
+    return {"metadata": meta, "data": data}
+
+
+def test_an_update_sending_back_what_it_read_keeps_every_owner():
+    owned = [_entry("applier", {"f:data": {"f:a": {}}}, operation="Apply"), _entry("editor", {"f:data": {"f:b": {}}})]
+    old = _cm({"a": "1", "b": "2"}, owned)
+    new = _cm({"a": "1", "b": "2", "c": "3"}, owned)
+    record_update(CM, old, new, manager="kubectl-replace", subresource=None, requested=owned, now=0)
+    assert {e["manager"]: e["fieldsV1"] for e in new["metadata"]["managedFields"]} == {
+        "applier": {"f:data": {"f:a": {}}}, "editor": {"f:data": {"f:b": {}}},
+        "kubectl-replace": {"f:data": {"f:c": {}}}}
+
+
+@pytest.mark.parametrize("requested", [pytest.param([], id="empty-list"), pytest.param([{}], id="single-empty-entry")])
+def test_an_update_that_resets_clears_ownership_and_stops_tracking(requested):
+    old = _cm({"a": "1"}, STORED)
+    new = _cm({"a": "2", "b": "2"}, requested)
+    record_update(CM, old, new, manager="kubectl-edit", subresource=None, requested=requested, now=0)
+    assert "managedFields" not in new["metadata"]
+    # ...and an object nobody owns anything of stays untracked under updates (until an apply).
+    newer = _cm({"a": "3"})
+    record_update(CM, new, newer, manager="kubectl-edit", subresource=None, requested=None, now=0)
+    assert "managedFields" not in newer["metadata"]
+
+
+def test_a_create_that_resets_is_still_tracked():
+    new = _cm({"a": "1"}, [{}])
+    record_update(CM, None, new, manager="kubectl-create", subresource=None, requested=[{}], now=0)
+    assert [e["manager"] for e in new["metadata"]["managedFields"]] == ["kubectl-create"]
+
+
+def test_a_create_with_managed_fields_gives_the_creator_what_it_wrote():
+    sent = [_entry("someone", {"f:data": {"f:a": {}}})]
+    new = _cm({"a": "1"}, sent)
+    record_update(CM, None, new, manager="kubectl-create", subresource=None, requested=sent, now=0)
+    assert [(e["manager"], e["fieldsV1"]) for e in new["metadata"]["managedFields"]] == [
+        ("kubectl-create", {"f:data": {".": {}, "f:a": {}}})]
 
 
 def test_an_update_takes_the_fields_it_changes_from_other_managers():

@@ -165,3 +165,33 @@ async def test_kubectl_moves_client_side_apply_ownership_to_server_side_apply(ku
     assert ("kubectl-client-side-apply", "Update") not in managers
     await _ok(kubectl, "apply", "--server-side", "-f", "-", stdin=_deploy(replicas=3))
     assert _get(cluster)["spec"]["replicas"] == 3
+
+
+async def test_kubectl_replace_with_managed_fields_keeps_the_ownership_of_spec(kubectl, cluster):
+    # Issue: a custom resource written back with its managedFields was refused under strict
+    # validation (`unknown field "metadata.managedFields[0].fieldsV1.f:metadata"`) and lost the
+    # ownership of spec under --validate=warn; fieldsV1 is opaque JSON to a real server.
+    await _ok(kubectl, "apply", "-f", str(REPO / "charts" / "sedna" / "crds"))
+    await _ok(kubectl, "apply", "-f", str(REPO / "examples" / "upstream" / "joint-inference-helmet-detection.yaml"))
+    name = "helmet-detection-inference-example"
+
+    def owners() -> dict[str, dict]:
+        entries = _get(cluster, name, "JointInferenceService", "sedna.io/v1alpha1")["metadata"]["managedFields"]
+        return {e["manager"]: e["fieldsV1"] for e in entries}
+
+    assert "f:spec" in owners()["kubectl-client-side-apply"]
+    for validate in ("strict", "warn"):
+        shown = await _ok(kubectl, "get", "ji", name, "-o", "json", "--show-managed-fields")
+        rc, out, err = await kubectl("replace", f"--validate={validate}", "-f", "-", stdin=shown)
+        assert rc == 0 and "replaced" in out, err
+        assert "unknown field" not in err
+        assert "f:spec" in owners()["kubectl-client-side-apply"], validate
+    # A write that changes spec hands the changed field to its manager, the rest stays put.
+    shown = json.loads(await _ok(kubectl, "get", "ji", name, "-o", "json", "--show-managed-fields"))
+    shown["spec"]["edgeWorker"]["hardExampleMining"]["name"] = "CrossEntropy"
+    await _ok(kubectl, "replace", "-f", "-", stdin=json.dumps(shown))
+    after = owners()
+    # (kubectl replace also rewrites the last-applied annotation it finds, hence f:metadata)
+    assert after["kubectl-replace"]["f:spec"] == {"f:edgeWorker": {"f:hardExampleMining": {"f:name": {}}}}
+    assert "f:cloudWorker" in after["kubectl-client-side-apply"]["f:spec"]
+    assert "f:name" not in after["kubectl-client-side-apply"]["f:spec"]["f:edgeWorker"]["f:hardExampleMining"]
