@@ -358,7 +358,7 @@ def node_ready(node: dict) -> bool:
 def node_manifest(name: str, index: int, version: str) -> dict:
     labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
               "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64", "type": "kwok"}
-    spec: dict = {"podCIDR": f"10.244.{index}.0/24", "podCIDRs": [f"10.244.{index}.0/24"]}
+    spec: dict = {}  # no podCIDR: kwok gives pod IPs from --cidr (from a node's podCIDR it hands out x.x.x.0)
     if name.startswith("edge"):  # as KubeEdge's edgecore registers its node
         labels[EDGE_ROLE] = ""
         labels["node-role.kubernetes.io/agent"] = ""
