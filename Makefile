@@ -74,6 +74,7 @@ bench: setup wrk
 	$(PY) bench/lc_reports.py
 	$(PY) bench/lc_ingest.py
 	$(PY) bench/e2e_latency.py
+	$(PY) bench/status_path.py --soak 120
 
 clean:
 	rm -rf $(VENV) .pytest_cache .devcluster

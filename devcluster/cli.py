@@ -8,11 +8,14 @@ import contextlib
 import logging
 import signal
 import sys
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from devcluster.controllers.nodes import DEFAULT_NODES
 from devcluster.runtime import ImageMapError
+from devcluster.servingcert import CertError
 
 
 class UsageError(ValueError):
@@ -47,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--process-runtime", action="store_true", help="run mapped images as local processes")
     p.add_argument("--image-map", help="YAML/JSON file: image -> local command (implies --process-runtime)")
     p.add_argument("--state", help="load state from FILE at start and save it there at stop")
+    p.add_argument("--pki-dir", help="keep the CA and serving certificate here (default: pki/ beside --state, "
+                                     "else a temporary directory)")
+    p.add_argument("--insecure-http", action="store_true",
+                   help="serve plain HTTP instead of HTTPS (kubectl then sends no token)")
     p.add_argument("--apply", action="append", default=[], metavar="PATH",
                    help="create the objects of a YAML file or directory at start (repeatable), e.g. CRDs")
     p.add_argument("--start-delay", type=float, default=0.2, help="seconds a pod stays Pending")
@@ -80,14 +87,31 @@ def build_faults(args: argparse.Namespace) -> Any:
     )
 
 
+def pki_dir(args: argparse.Namespace, stack: contextlib.ExitStack) -> Path | None:
+    """Where the CA and serving certificate live: None for plain HTTP. Beside the state file
+    they outlive a restart (so do kubeconfigs that carry the CA); otherwise they last one run."""
+    if args.insecure_http:
+        return None
+    if args.pki_dir:
+        return Path(args.pki_dir)
+    if args.state:
+        return Path(args.state).resolve().parent / "pki"
+    return Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="devcluster-pki-")))
+
+
 async def serve(args: argparse.Namespace) -> None:
+    with contextlib.ExitStack() as stack:
+        await _serve(args, pki_dir(args, stack))
+
+
+async def _serve(args: argparse.Namespace, pki: Path | None) -> None:
     from devcluster.cluster import DevCluster
     from devcluster.errors import ApiError
 
     dc = DevCluster(
         nodes=node_list(args.nodes), process_runtime=bool(args.process_runtime or args.image_map),
         image_map=args.image_map, state_file=args.state, faults=build_faults(args),
-        start_delay=args.start_delay, termination_delay=args.termination_delay,
+        start_delay=args.start_delay, termination_delay=args.termination_delay, pki_dir=pki,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -102,8 +126,9 @@ async def serve(args: argparse.Namespace) -> None:
                 raise SystemExit(f"sedna-devcluster: --apply: {exc}") from None
         if args.kubeconfig:
             dc.write_kubeconfig(args.kubeconfig)
-        print(f"devcluster serving {dc.url}" + (f" (kubeconfig {args.kubeconfig})" if args.kubeconfig else ""),
-              flush=True)
+        where = [f"kubeconfig {args.kubeconfig}"] if args.kubeconfig else []
+        where += [f"CA {dc.ca}"] if dc.ca else []
+        print(f"devcluster serving {dc.url}" + (f" ({', '.join(where)})" if where else ""), flush=True)
         await stop.wait()
     finally:
         await dc.stop()
@@ -118,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     try:
         asyncio.run(serve(args))
-    except (UsageError, ImageMapError, ValueError, OSError) as err:
+    except (UsageError, ImageMapError, ValueError, OSError, CertError) as err:
         print(f"sedna-devcluster: error: {err}", file=sys.stderr)
         return 2
     return 0

@@ -56,8 +56,11 @@ class DevCluster:
         start_delay: float = 0.2, termination_delay: float = 0.1, resync: float = 5.0,
         lease_interval: float = 10.0, restart_backoff: float = 0.5, store: Store | None = None,
         supervisor: Supervisor | None = None, pod_root: str | os.PathLike[str] | None = None,
-        secure: bool | None = None,
+        secure: bool | None = None, pki_dir: str | os.PathLike[str] | None = None,
     ):
+        """`pki_dir`: serve HTTPS (as a real API server does), with a CA and a serving certificate
+        kept in this directory (made at start when missing, reused across restarts); without it
+        the API is plain HTTP unless `start(tls=...)` is given a certificate."""
         self.store = store or Store()
         self.supervisor = supervisor or Supervisor()
         self.tokens = TokenAuthority(self.store)  # every ServiceAccount token: issued, reviewed, authenticated
@@ -83,7 +86,7 @@ class DevCluster:
         self.controllers: dict[str, Controller] = {}
         for ctl in (
             NodeController(self.store, nodes=nodes, lease_interval=lease_interval),
-            NamespaceDefaults(self.store, resync=resync),
+            NamespaceDefaults(self.store, resync=resync, ca=self._ca_pem),
             GarbageCollector(self.store, resync=resync),
             ReplicaSetController(self.store, resync=resync),
             DeploymentController(self.store, resync=resync),
@@ -92,28 +95,45 @@ class DevCluster:
             Scheduler(self.store, resync=resync),
             Kubelet(self.store, start_delay=start_delay, termination_delay=termination_delay,
                     runtime=self.runtime, resync=resync),
-            TokenController(self.store, self.tokens, resync=resync),
+            TokenController(self.store, self.tokens, resync=resync, ca=self._ca_pem),
         ):
             self.controllers[ctl.name] = ctl
         self._runner: web.AppRunner | None = None
         self.host = ""
         self.port = 0
         self._tls: servingcert.ServingCert | None = None
+        self._ca_text: str | None = None  # the PEM of _tls.ca, read once at start
+        self.pki_dir = Path(pki_dir) if pki_dir else None
+
+    @property
+    def client_host(self) -> str:
+        """The host clients connect to: the bind address, loopback for a wildcard one."""
+        return {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(self.host, self.host)
 
     @property
     def url(self) -> str:
-        return f"{'https' if self._tls else 'http'}://{self.host}:{self.port}"
+        host = f"[{self.client_host}]" if ":" in self.client_host else self.client_host
+        return f"{'https' if self._tls else 'http'}://{host}:{self.port}"
+
+    @property
+    def ca(self) -> Path | None:
+        """The CA file clients verify the API server with, when serving HTTPS."""
+        return self._tls.ca if self._tls else None
 
     @property
     def secure_url(self) -> str | None:
-        return f"https://{self.host}:{self.secure_port}" if self.secure_port else None
+        return f"https://{self.client_host}:{self.secure_port}" if self.secure_port else None
 
     @property
     def api_endpoint(self) -> ApiEndpoint | None:
         """Where pods reach the API server (the HTTPS port), once serving."""
         if not self.secure_port or self.serving_cert is None:
             return None
-        return ApiEndpoint(host=self.host, port=self.secure_port, ca=self.serving_cert.ca)
+        return ApiEndpoint(host=self.client_host, port=self.secure_port, ca=self.serving_cert.ca)
+
+    def _ca_pem(self) -> str | None:
+        """What `kube-root-ca.crt` and token Secrets carry as `ca.crt`: the CA of the HTTPS API."""
+        return self._ca_text
 
     @property
     def crashes(self) -> list[Crash]:
@@ -128,10 +148,14 @@ class DevCluster:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0, *,
                     tls: servingcert.ServingCert | None = None) -> DevCluster:
-        """Start the controllers, then serve on host:port (0 picks a free port); HTTPS with `tls`.
-        kubectl, Helm and client-go send a kubeconfig's token or client certificate only over
-        HTTPS, so a ServiceAccount-token kubeconfig needs `tls` (see `devcluster.servingcert.make`)."""
+        """Start the controllers, then serve on host:port (0 picks a free port); HTTPS with `tls`,
+        or with the certificate of `pki_dir` (made for `host`). kubectl, Helm and client-go send a
+        kubeconfig's token or client certificate only over HTTPS, so a ServiceAccount-token
+        kubeconfig needs HTTPS."""
+        if tls is None and self.pki_dir is not None:
+            tls = await asyncio.to_thread(servingcert.make, self.pki_dir, hosts=[host])
         self._tls = tls
+        self._ca_text = tls.ca.read_text() if tls else None
         from devcluster.server import make_app  # the HTTP layer is only needed once serving
 
         self.start_controllers()
@@ -142,7 +166,9 @@ class DevCluster:
         site = web.TCPSite(self._runner, host, port, ssl_context=tls.ssl_context() if tls else None)
         await site.start()
         self.host, self.port = self._runner.addresses[0][:2]
-        if self.secure:
+        if tls is not None:  # pods use the HTTPS API port itself
+            self.serving_cert, self.secure_port = tls, self.port
+        elif self.secure:
             await self._serve_tls(host)
         log.info("devcluster serving url=%s nodes=%s", self.url, ",".join(self._node_names()))
         return self
@@ -239,6 +265,7 @@ class DevCluster:
     def write_kubeconfig(self, path: str | os.PathLike[str], *, token: str | None = None) -> Path:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
+        p.touch(mode=0o600)  # it may hold a token
         p.write_text(yaml.safe_dump(self.kubeconfig(token=token), sort_keys=False))
         return p
 

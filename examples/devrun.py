@@ -2,10 +2,12 @@
 node and the example jobs, whose workers are simulated processes that report to their LC.
 
 Everything runs in this one process until Ctrl-C (the dev cluster stands in for a real
-API server; the GM talks to it over HTTP and the LCs talk to the GM over the websocket,
+API server; the GM talks to it over HTTPS and the LCs talk to the GM over the websocket,
 exactly as they would across machines). The example images are mapped to
 examples/workers/sim.py by the dev cluster's process runtime, so the workers really POST
-to the LC of their node. The kubeconfig for kubectl is written to .devcluster/kubeconfig.
+to the LC of their node. The kubeconfig for kubectl is written to .devcluster/kubeconfig: the
+API is served over HTTPS with a CA kept in .devcluster/pki (the kubeconfig carries it), so
+tokens from `kubectl create token` work as on a real cluster.
 
 With `--install helm` (`make run INSTALL=helm`) the GM and the LC are not started here:
 `helm install sedna charts/sedna` installs them as on a real cluster (CRDs, RBAC, the GM
@@ -67,7 +69,7 @@ CHART_IMAGE = "sedna-py:0.1.0"  # values.yaml image.repository:image.tag
 async def start_cluster(**options) -> DevCluster:
     """Start a DevCluster (with `options`) on the first free port from 6443."""
     for port in range(FIRST_CLUSTER_PORT, FIRST_CLUSTER_PORT + PORT_TRIES):
-        dc = DevCluster(**{"process_runtime": True, **options})
+        dc = DevCluster(**{"process_runtime": True, "pki_dir": STATE / "pki", **options})
         try:
             return await dc.start("127.0.0.1", port)
         except OSError as err:

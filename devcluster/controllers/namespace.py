@@ -5,15 +5,16 @@ root CA publisher); both are level-triggered, so a deleted `default` ServiceAcco
 ConfigMap comes back, and an edited CA ConfigMap is put back. A namespace that is
 terminating gets nothing (its content is being deleted).
 
-The dev cluster serves plain HTTP, so `ca.crt` holds a placeholder PEM block: it has the
-shape clients expect of the file, and nothing here verifies a certificate with it.
+`ca.crt` is the CA the API is served with over HTTPS (`ca()`); over plain HTTP it is a
+placeholder PEM block: it has the shape clients expect of the file, and nothing verifies a
+certificate with it.
 """
 
 from __future__ import annotations
 
 import base64
 import textwrap
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from devcluster.controllers.base import Controller
@@ -34,11 +35,11 @@ def placeholder_ca() -> str:
     return "-----BEGIN CERTIFICATE-----\n" + "\n".join(textwrap.wrap(payload, 64)) + "\n-----END CERTIFICATE-----\n"
 
 
-def root_ca_configmap(namespace: str) -> dict[str, Any]:
+def root_ca_configmap(namespace: str, ca: str | None = None) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": ROOT_CA, "namespace": namespace,
                          "annotations": {"kubernetes.io/description": ROOT_CA_DESCRIPTION}},
-            "data": {"ca.crt": placeholder_ca()}}
+            "data": {"ca.crt": ca or placeholder_ca()}}
 
 
 def default_service_account(namespace: str) -> dict[str, Any]:
@@ -50,8 +51,10 @@ class NamespaceDefaults(Controller):
 
     name = "namespace-defaults"
 
-    def __init__(self, store: Any, *, resync: float = 5.0):
+    def __init__(self, store: Any, *, resync: float = 5.0, ca: Callable[[], str | None] = lambda: None):
+        """`ca`: the PEM of the CA the API is served with (None over plain HTTP)."""
         super().__init__(store, resync=resync)
+        self.ca = ca
         reg = store.registry
         self.ns_rt = reg.lookup(group="", version="v1", resource="namespaces")
         self.sa_rt = reg.lookup(group="", version="v1", resource="serviceaccounts")
@@ -99,8 +102,8 @@ class NamespaceDefaults(Controller):
             raise
 
     def _ensure_ca(self, ns: str) -> None:
-        cm = self._ensure(self.cm_rt, ns, ROOT_CA, root_ca_configmap(ns))
-        want = placeholder_ca()
+        want = self.ca() or placeholder_ca()
+        cm = self._ensure(self.cm_rt, ns, ROOT_CA, root_ca_configmap(ns, want))
         if cm is None or (cm.get("data") or {}).get("ca.crt") == want:
             return
 

@@ -12,7 +12,7 @@ still honours is left alone.
 from __future__ import annotations
 
 import base64
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from devcluster.controllers.base import Controller
@@ -45,9 +45,12 @@ class TokenController(Controller):
 
     name = "token-controller"
 
-    def __init__(self, store: Any, tokens: TokenAuthority, *, resync: float = 5.0) -> None:
+    def __init__(self, store: Any, tokens: TokenAuthority, *, resync: float = 5.0,
+                 ca: Callable[[], str | None] = lambda: None) -> None:
+        """`ca`: the PEM of the CA the API is served with (None over plain HTTP: a placeholder)."""
         super().__init__(store, resync=resync)
         self.tokens = tokens
+        self.ca = ca
         self._secrets = store.registry.lookup(group="", version="v1", resource="secrets")
         self._sas = store.registry.lookup(group="", version="v1", resource="serviceaccounts")
 
@@ -82,7 +85,8 @@ class TokenController(Controller):
         if self._valid(secret, sa):
             return None
         token = self.tokens.issue_for_secret(secret, sa)
-        self.store.mutate(self._secrets, namespace, name, lambda s: _fill(s, sa, token))
+        ca = self.ca() or CA_CERT
+        self.store.mutate(self._secrets, namespace, name, lambda s: _fill(s, sa, token, ca))
         return None
 
     def _valid(self, secret: dict[str, Any], sa: dict[str, Any]) -> bool:
@@ -97,8 +101,8 @@ class TokenController(Controller):
         return not isinstance(who, str) and who.uid == sa["metadata"]["uid"]
 
 
-def _fill(secret: dict[str, Any], sa: dict[str, Any], token: str) -> None:
+def _fill(secret: dict[str, Any], sa: dict[str, Any], token: str, ca: str) -> None:
     meta = secret["metadata"]
     meta.setdefault("annotations", {})[SA_UID_ANNOTATION] = sa["metadata"]["uid"]
     data = secret.setdefault("data", {})
-    data.update({"token": _b64(token), "ca.crt": _b64(CA_CERT), "namespace": _b64(meta["namespace"])})
+    data.update({"token": _b64(token), "ca.crt": _b64(ca), "namespace": _b64(meta["namespace"])})

@@ -157,7 +157,7 @@ async def _start_cli(tmp_path, *args):
         "--log-level", "WARNING", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     line = await asyncio.wait_for(proc.stdout.readline(), 20)
-    assert line.startswith(b"devcluster serving http://127.0.0.1:"), line
+    assert line.startswith(b"devcluster serving https://127.0.0.1:"), line
     return proc
 
 

@@ -1,0 +1,37 @@
+"""A short soak of the status path, every service in its own process (bench/status_harness.py).
+
+sedna-devcluster (5% of all API requests failing, watches cut every 20 s), sedna-gm and two
+sedna-lc (edge-node-1, edge-node-2); workers POST JointInferenceService reports, each carrying
+the next inferenceNumber of its worker, while the Datasets' index files grow; the GM is SIGKILLed
+and restarted, then the LC of edge-node-1. Only correctness is asserted, with polls and
+generous timeouts (no timing): every report answered 200 ends up visible or superseded, a watch
+never shows an older value after a newer one, the outboxes drain and every Dataset count is exact.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.status_harness import soak
+
+LOAD_SECONDS = 30.0
+SETTLE_WITHIN = 40.0  # generous (the target is 10 s), and shorter than the LC's 60 s ack timeout
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "known slow recovery: a status write that fails (injected 500) defers the report, the GM holds the "
+    "later reports of that object behind it, and nothing retries it until the LC's 60 s ack timeout "
+    "resends it, so the outboxes and the JI status do not settle within 40 s; remove this mark when the "
+    "GM's status pipeline (retries with per-object backoff, then acks) lands"))
+async def test_reports_survive_api_errors_watch_drops_and_kills(tmp_path):
+    r = await soak(LOAD_SECONDS, workers=8, rate=4.0, datasets_per_node=1, error_rate=0.05,
+                   watch_drop_seconds=20.0, kill_every=10.0, kill_order=("gm", "lc:edge-node-1"),
+                   wait=SETTLE_WITHIN, workdir=tmp_path)
+    where = f"(service logs in {r.log_dir}; exited on their own: {r.crashes or 'none'})"
+    assert len(r.kills) == 2, f"expected a GM and an LC kill, got {r.kills} {where}"
+    assert r.reports_ok > 0
+    assert r.regressions == 0, f"a watch showed an older value after a newer one {where}"
+    assert r.lost == 0, f"{r.lost} of {r.reports_ok} reports answered 200 never became visible {where}"
+    assert r.drain_seconds is not None, f"outboxes not empty {SETTLE_WITHIN:g} s after the load: {r.outboxes_left} {where}"
+    assert r.datasets_exact_seconds is not None, f"Dataset counts (shown, lines): {r.datasets_wrong} {where}"
