@@ -116,7 +116,7 @@ async def main(args: argparse.Namespace) -> None:
     server = subprocess.Popen(  # noqa: ASYNC220 - started once, before any timing
         [sys.executable, *(["-m", "cProfile", "-o", os.environ["PROFILE_DEVCLUSTER"]]
                            if os.environ.get("PROFILE_DEVCLUSTER") else []), "-m", "devcluster.cli", "--port", str(port), "--kubeconfig",
-                               str(kubeconfig), "--start-delay", "0.05", "--termination-delay", "0", "--apply", str(apis.CRD_DIR),
+                               str(kubeconfig), "--insecure-http", "--start-delay", "0.05", "--termination-delay", "0", "--apply", str(apis.CRD_DIR),
                                "--log-level", "WARNING"], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         async with aiohttp.ClientSession(f"http://127.0.0.1:{port}",
