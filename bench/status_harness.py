@@ -12,6 +12,7 @@ Used by bench/status_path.py (figures) and tests/e2e/test_status_soak.py (correc
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import copy
 import os
@@ -19,6 +20,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import statistics
 import sys
 import tempfile
@@ -64,9 +66,19 @@ def _write(path: Path, text: str, mode: str = "w") -> None:
         f.write(text)
 
 
-def _server_of(kubeconfig: Path) -> str:
+def _access_of(kubeconfig: Path) -> tuple[str, ssl.SSLContext | None, dict[str, str]]:
+    """Server URL, TLS context (its CA) and auth header from the dev cluster's kubeconfig."""
     with open(kubeconfig, encoding="utf-8") as f:
-        return yaml.safe_load(f)["clusters"][0]["cluster"]["server"]
+        cfg = yaml.safe_load(f)
+    cluster, user = cfg["clusters"][0]["cluster"], (cfg.get("users") or [{}])[0].get("user") or {}
+    ctx = None
+    if cluster["server"].startswith("https://"):
+        if cluster.get("certificate-authority-data"):
+            ctx = ssl.create_default_context(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
+        else:
+            ctx = ssl.create_default_context(cafile=cluster.get("certificate-authority"))
+    headers = {"Authorization": f"Bearer {user['token']}"} if user.get("token") else {}
+    return cluster["server"], ctx, headers
 
 
 def _tail(log: Path, lines: int = 5) -> str:
@@ -147,6 +159,7 @@ class Stack:
         self.gm_port = free_port()
         self.kubeconfig = self.dir / "kubeconfig"
         self.cluster_url = ""  # known once the dev cluster wrote its kubeconfig (it picks its port)
+        self.cluster_headers: dict[str, str] = {}
         self.gm_url = f"http://127.0.0.1:{self.gm_port}"
         self.crashes: list[str] = []  # service processes that exited on their own and were restarted
         dc_cmd = [*_program("sedna-devcluster", "devcluster.cli"), "--port", "0",
@@ -176,16 +189,18 @@ class Stack:
     # -- lifecycle
 
     async def start(self, *, within: float = 60.0) -> Stack:
-        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), read_bufsize=1 << 20)
         await self.devcluster.start()
         deadline = time.monotonic() + within
+        tls = None
         while not self.cluster_url:
             if self.kubeconfig.exists():
-                with contextlib.suppress(OSError, yaml.YAMLError, KeyError, IndexError, TypeError):
-                    self.cluster_url = _server_of(self.kubeconfig)
+                with contextlib.suppress(OSError, yaml.YAMLError, KeyError, IndexError, TypeError, ValueError):
+                    self.cluster_url, tls, self.cluster_headers = _access_of(self.kubeconfig)
             if not self.devcluster.running or time.monotonic() > deadline:
                 raise RuntimeError(f"dev cluster did not start: {_tail(self.devcluster.log)}")
             await asyncio.sleep(0.05)
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ssl=tls or True),
+                                             read_bufsize=1 << 20)
         await self._wait_ok(f"{self.cluster_url}/readyz", within, self.devcluster, restart=False)
         await self.start_gm(within=within)
         for lc in self.lcs.values():
@@ -254,7 +269,8 @@ class Stack:
         deadline = time.monotonic() + within
         while True:
             with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as r:
+                async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=2),
+                                            headers=self._auth(url)) as r:
                     if r.status == 200:
                         return
             if not proc.running:
@@ -275,7 +291,7 @@ class Stack:
         for _ in range(tries):
             with contextlib.suppress(aiohttp.ClientError, TimeoutError):
                 async with self.session.request(method, f"{self.cluster_url}{path}", data=data,
-                                                headers=HEADERS) as r:
+                                                headers={**HEADERS, **self.cluster_headers}) as r:
                     raw = await r.read()
                     if r.status in ok:
                         return orjson.loads(raw) if raw else None
@@ -315,6 +331,10 @@ class Stack:
             return None
         m = re.search(r"^sedna_lc_outbox_size\s+([0-9.e+]+)$", text, re.M)
         return None if m is None else int(float(m.group(1)))
+
+    def _auth(self, url: str) -> dict[str, str]:
+        """The dev cluster's credentials, for its URLs only."""
+        return self.cluster_headers if self.cluster_url and url.startswith(self.cluster_url) else {}
 
     async def _text(self, url: str) -> str:
         async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=5)) as r:
@@ -493,7 +513,7 @@ class Watch:
         while True:
             try:
                 if rv is None:
-                    async with session.get(base) as r:
+                    async with session.get(base, headers=self.stack.cluster_headers) as r:
                         if r.status != 200:
                             await asyncio.sleep(0.05)
                             continue
@@ -505,7 +525,7 @@ class Watch:
                     self.relists += 1
                     self.synced.set()
                 url = f"{base}?watch=1&allowWatchBookmarks=true&resourceVersion={rv}"
-                async with session.get(url, timeout=no_timeout) as r:
+                async with session.get(url, timeout=no_timeout, headers=self.stack.cluster_headers) as r:
                     if r.status == 410:
                         rv = None
                         continue
@@ -693,8 +713,8 @@ async def soak(seconds: float, *, workers: int = 40, rate: float = 10.0, dataset
 
         async def chaos() -> None:
             n = 0
-            while True:
-                await asyncio.sleep(kill_every - (time.perf_counter() - start) % kill_every)
+            while True:  # the n-th kill at (n+1) * kill_every s, or as soon as the previous one is back
+                await asyncio.sleep(max(0.0, (n + 1) * kill_every - (time.perf_counter() - start)))
                 if time.perf_counter() - start >= seconds - 2:
                     return
                 target = kill_order[n % len(kill_order)]
