@@ -22,6 +22,7 @@ import signal
 import socket
 import ssl
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -205,7 +206,24 @@ class Stack:
         await self.start_gm(within=within)
         for lc in self.lcs.values():
             await self.start_lc(lc.node, within=within)
+        self._profile()
         return self
+
+    def _profile(self) -> None:
+        """BENCH_PYSPY=gm,lc-edge-node-1,devcluster (and BENCH_PYSPY_SECONDS, default 20): sample
+        those services with py-spy from now on, raw stacks into the stack's directory."""
+        wanted = [w for w in os.environ.get("BENCH_PYSPY", "").split(",") if w]
+        spy = Path(sys.executable).parent / "py-spy"
+        procs = {p.name: p for p in (self.devcluster, self.gm, *(lc.proc for lc in self.lcs.values()))}
+        for name in wanted:
+            proc = procs.get(name)
+            if proc is None or proc.proc is None or not spy.exists():
+                continue
+            out = self.dir / f"pyspy-{name}.txt"
+            subprocess.Popen([str(spy), "record", "-p", str(proc.proc.pid), "-r", "100", "-f", "raw", "-o", str(out),
+                              "-d", os.environ.get("BENCH_PYSPY_SECONDS", "20")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            print(f"# py-spy {name} -> {out}", flush=True)
 
     async def start_gm(self, *, within: float = 60.0) -> None:
         await self.gm.start()

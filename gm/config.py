@@ -69,8 +69,8 @@ class ServerRef:
 class KubeClientConfig:
     qps: float = 200.0  # reads, watches' lists, child writes, leases
     burst: int = 400
-    statusQps: float = 200.0  # CR status writes (reconcilers and edge reports)
-    statusBurst: int = 400
+    statusQps: float = 1000.0  # CR status writes (reconcilers and edge reports)
+    statusBurst: int = 2000
     eventQps: float = 50.0  # Event creates and count patches
     eventBurst: int = 100
     timeoutSeconds: float = 30.0

@@ -50,6 +50,7 @@ from gm.controllers.common import (
 from gm.controllers.declare import Dependencies, KindDeclaration, Observed, Owns, Watches, sedna_gvr
 from gm.controllers.problems import PROBLEMS, Problem
 from gm.controllers.runner import Requeue, TemporaryError
+from gm.edge.reports import edge_view
 from gm.kube.errors import ApiError, Conflict, NotFound
 from gm.kube.informer import SharedInformer
 from gm.kube.resources import GVR
@@ -85,7 +86,7 @@ class KindController:
     # -- events: each one only says which CR to look at ------------------------------
 
     def _wire(self) -> None:
-        on_any_change(self.crs, self._on_cr)
+        self.crs.add_event_handler(on_add=self._on_cr, on_update=self._on_cr_update, on_delete=self._on_cr)
         for inf in self.owned.values():
             on_any_change(inf, self._on_child)
         for watch in self.decl.watches:
@@ -99,6 +100,12 @@ class KindController:
 
     def _on_cr(self, obj: Mapping[str, Any]) -> None:
         self.enqueue(own_key(obj))
+
+    def _on_cr_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+        """Every change but a report's: an edge report's status write changes nothing the
+        reconcile computes from (a resync, old is new, always enqueues)."""
+        if old is new or edge_view(old) != edge_view(new):
+            self._on_cr(new)
 
     def _on_child(self, obj: Mapping[str, Any]) -> None:
         key = owner_key(obj, self.kind)

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gm.controllers.common import PODS, index_credentials, sedna_gvr, slim_secret, using_secret
+from gm.edge.reports import edge_view
 from gm.kinds import reconciled_kinds
 from gm.kube.informer import InformerFactory, SharedInformer
 from gm.kube.resources import SECRETS
@@ -362,11 +363,13 @@ class EdgeObjects:
         self._emit(key, None, lost)
 
     def _publish(self, key: ObjKey, payload: dict[str, Any], rv: str) -> None:
-        """Make `payload` the object's version and hand it to every node that lacks it."""
+        """Make `payload` the object's version and hand it to every node that lacks it (to
+        every node when it changed in a way the edge can see)."""
         entry = self._entries.get(key)
         if entry is None:
             return
-        targets = entry.nodes if payload != entry.payload else entry.nodes - entry.sent_to
+        changed = entry.payload is None or edge_view(payload) != edge_view(entry.payload)
+        targets = entry.nodes if changed else entry.nodes - entry.sent_to
         entry.payload, entry.source_rv = payload, rv
         self._set_sent(key, entry, entry.nodes)
         if targets:

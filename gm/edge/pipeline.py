@@ -8,6 +8,10 @@ failed write is retried with backoff, and an unchanged status is never written.
 - **Coalescing.** Reports are queued per object (any node, any session). When the object's
   writer is free it takes every queued report and applies their mutations in arrival order
   to the latest status, each behind the ordering guard of gm/edge/order.py, then writes once.
+  Consecutive writes of one object start at least `min_interval` apart (10 ms: at most 100
+  writes a second per object however fast its workers report; the first write after a quiet
+  spell goes at once), so a hot object costs the API server a bounded rate, not one write
+  per report.
   The kinds' mutations already are their merge rules (metrics and counts: the last one
   wins; an FL round only moves forward; IL/LL stages in order), so a batch ends where the
   same reports applied one by one would.
@@ -96,12 +100,13 @@ class StatusPipeline:
     """Per-object coalescing, GM-retried status writes for edge reports."""
 
     def __init__(self, writer: StatusWriter, *, base_delay: float = 0.005, max_delay: float = 2.0,
-                 ledger: SeqLedger | None = None) -> None:
+                 min_interval: float = 0.01, ledger: SeqLedger | None = None) -> None:
         if not 0 < base_delay <= max_delay:
             raise ValueError(f"need 0 < base_delay ({base_delay}) <= max_delay ({max_delay})")
         self._writer = writer
         self._base_delay = base_delay
         self._max_delay = max_delay
+        self._min_interval = min_interval
         self._queues: dict[ObjectKey, _Queue] = {}
         self._unsequenced = itertools.count()
         self.ledger = ledger if ledger is not None else SeqLedger()
@@ -143,10 +148,14 @@ class StatusPipeline:
 
     async def _drain(self, key: ObjectKey, queue: _Queue) -> None:
         """Write the object's queued reports until none is left; then the writer ends."""
+        loop = asyncio.get_running_loop()
         try:
             while queue.reports:
+                started = loop.time()
                 batch = self._take(queue, [])
                 await self._write_until_settled(key, queue, batch)
+                if queue.reports and (rest := started + self._min_interval - loop.time()) > 0:
+                    await asyncio.sleep(rest)  # let what arrives meanwhile join the next write
         finally:
             queue.writer = None
             if queue.reports and not self._closing:  # cancelled mid-way by a bug: do not strand them

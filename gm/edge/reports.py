@@ -49,6 +49,30 @@ class ReportDeferred(ReportError):
 
 
 
+# -- what only reports write -----------------------------------------------------------
+
+
+REPORT_ONLY_STATUS = frozenset({"lastReports", "metrics", "numberOfSamples", "updateTime"})
+"""Status fields only the edge's reports write and nothing else reads: no reconciler computes
+from them and no LC reads them. A new version of a CR that differs from the last only in
+these (every applied report makes one) is not sent down to the nodes again and does not
+make its controller reconcile. Conditions are not among them: the learning jobs' state
+machines run on them, at the GM and at the edge."""
+
+
+def edge_view(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """An object without its resourceVersion, managedFields and REPORT_ONLY_STATUS: two
+    versions equal in this view differ only by what reports wrote."""
+    view = dict(obj)
+    meta = view.get("metadata")
+    if isinstance(meta, Mapping):
+        view["metadata"] = {k: v for k, v in meta.items() if k not in ("resourceVersion", "managedFields")}
+    status = view.get("status")
+    if isinstance(status, Mapping):
+        view["status"] = {k: v for k, v in status.items() if k not in REPORT_ONLY_STATUS}
+    return view
+
+
 # -- parsing (pure) ---------------------------------------------------------------------
 
 

@@ -573,7 +573,7 @@ def test_gm_config_is_what_the_gm_loads():
     assert cfg.localController.server == "http://localhost:9100"
     assert cfg.knowledgeBaseServer.server == "http://kb.sedna:9020"
     assert cfg.minResyncPeriodSeconds == 30
-    assert (cfg.kubeClient.qps, cfg.kubeClient.burst, cfg.kubeClient.statusQps, cfg.kubeClient.eventQps) == (200.0, 400, 200.0, 50.0)
+    assert (cfg.kubeClient.qps, cfg.kubeClient.burst, cfg.kubeClient.statusQps, cfg.kubeClient.eventQps) == (200.0, 400, 1000.0, 50.0)
     assert cfg.workers == 4
     assert (cfg.leaderElection.enabled, cfg.leaderElection.leaseName,
             cfg.leaderElection.leaseNamespace) == (True, "sedna-gm", "sedna")
