@@ -45,6 +45,8 @@ from proto import (
     CLOSE_GOING_AWAY,
     CLOSE_PROTOCOL_ERROR,
     CLOSE_REPLACED,
+    MAX_REPORT_BYTES,
+    MAX_REPORT_ENVELOPE_BYTES,
     PROTOCOL_VERSIONS,
     Message,
     ObjKey,
@@ -365,7 +367,8 @@ class Session:
         try:
             msg = Message(Op.STATUS, entry.seq, entry.kind, entry.namespace, entry.name, entry.body)
             check_json_like(entry.body, "body")  # what the GM's decoder checks
-            data = encode_native(msg, max_bytes=self.p.max_frame_bytes)
+            # a report over what the GM decodes is a dead letter here, not a closed session there
+            data = encode_native(msg, max_bytes=min(self.p.max_frame_bytes, MAX_REPORT_BYTES))
         except ProtocolError as exc:
             await self._drop(entry, str(exc))
             return False
@@ -394,7 +397,7 @@ class Session:
         try:
             msg = Message(Op.STATUS, 0, entry.kind, entry.namespace, entry.name, entry.body)
             check_json_like(entry.body, "body")
-            data = encode_upstream(msg, max_bytes=self.p.max_frame_bytes)
+            data = encode_upstream(msg, max_bytes=min(self.p.max_frame_bytes, MAX_REPORT_ENVELOPE_BYTES))
         except ProtocolError as exc:
             await self._drop(entry, str(exc))
             return
