@@ -154,8 +154,8 @@ class StatusPipeline:
                 started = loop.time()
                 batch = self._take(queue, [])
                 await self._write_until_settled(key, queue, batch)
-                if queue.reports and (rest := started + self._min_interval - loop.time()) > 0:
-                    await asyncio.sleep(rest)  # let what arrives meanwhile join the next write
+                if (rest := started + self._min_interval - loop.time()) > 0:
+                    await asyncio.sleep(rest)  # what arrives meanwhile joins the next write
         finally:
             queue.writer = None
             if queue.reports and not self._closing:  # cancelled mid-way by a bug: do not strand them
