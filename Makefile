@@ -21,16 +21,21 @@ $(STAMP): pyproject.toml
 helm: setup
 	$(PY) scripts/install_helm.py --dest $(HELM)
 
-test: setup helm
+# The whole suite, the cluster tier included: tests/cluster (and the conformance suite) run on the
+# dev cluster and on a real control plane that the tests start in .kube-test/ and stop at the end
+# (tests/cluster/plugin.py); kube-build builds it first (a no-op once built) and fails `make test`
+# when it cannot.
+test: setup helm kube-build
 	$(PY) -m pytest -q
 
-# Opt-in: the GM's seed scenarios on the real cluster KUBECONFIG points at (never in `make test`)
-test-cluster: setup
+# The cluster tier alone; with KUBECONFIG set, its real half runs on that cluster instead
+test-cluster: setup kube-build
 	$(PY) -m tests.cluster
 
 # A real control plane (kube-apiserver, controller-manager, scheduler, etcd, kwok) built from the Go
 # module proxy (hack/kube, Go >= 1.26) into .tools/kube; kube-build is a no-op once built.
-# kube-up starts it (state in .kube-real/, KUBECONFIG=.kube-real/kubeconfig, which test-cluster uses).
+# kube-up starts it (state in .kube-real/, KUBECONFIG=.kube-real/kubeconfig) for use by hand; the
+# tests start a cluster of their own.
 kube-build: setup
 	$(PY) scripts/kube_real.py build
 

@@ -16,6 +16,8 @@ signed with a key made here; the controller manager and scheduler use their own 
 (system:kube-controller-manager, system:kube-scheduler) as kubeadm sets them up. kwok plays the
 kubelet of the three nodes with hack/kube/kwok-stages.yaml.
 
+KUBE_REAL_STATE moves .kube-real (the test tier's own cluster lives in .kube-test/<pid>).
+
 Anything that fails exits non-zero with what failed and the end of that component's log.
 Only the standard library and the openssl CLI are used: it runs before the venv has anything.
 """
@@ -46,7 +48,9 @@ HACK = ROOT / "hack" / "kube"
 TOOLS = Path(os.environ.get("KUBE_REAL_TOOLS") or ROOT / ".tools" / "kube").resolve()
 BIN = TOOLS / "bin"
 STAMP = TOOLS / "stamp"
-STATE = ROOT / ".kube-real"
+# the running cluster's state, logs and kubeconfig: .kube-real unless KUBE_REAL_STATE says otherwise
+# (the test tier starts a cluster of its own there, so `make test` never touches a `make kube-up` one)
+STATE = Path(os.environ.get("KUBE_REAL_STATE") or ROOT / ".kube-real").resolve()
 PIDS = STATE / "pids"
 LOGS = STATE / "logs"
 PKI = STATE / "pki"

@@ -16,6 +16,10 @@ import pytest
 
 KUBECTL = os.environ.get("KUBECTL", "/usr/bin/kubectl")
 
+# the cluster tier's clusters (`target`: the dev cluster and the real control plane), for tests/cluster
+# and the conformance suite
+pytest_plugins = ("tests.cluster.plugin",)
+
 
 async def eventually(predicate: Callable[[], Any], message: str = "condition", *,
                      within: float = 5.0, interval: float = 0.01) -> Any:
