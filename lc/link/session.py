@@ -345,8 +345,8 @@ class Session:
             batch = self._backlog.take(room, self._inflight)
         for entry in batch:
             probe = self._quarantine.is_suspect(entry.seq)
-            if await self._send_report(entry, resend=False) and probe:
-                self._quarantine.probing(entry.seq)
+            await self._send_report(entry, resend=False,
+                                    before_send=(lambda seq=entry.seq: self._quarantine.probing(seq)) if probe else None)
         return bool(batch)
 
     async def _wait_for_work(self, cursor: int) -> None:
@@ -362,8 +362,13 @@ class Session:
             for waiting in waits:
                 waiting.cancel()
 
-    async def _send_report(self, entry: OutboxEntry, *, resend: bool) -> bool:
-        """Send one report; False when it could not be encoded (it is a dead letter now)."""
+    async def _send_report(self, entry: OutboxEntry, *, resend: bool,
+                           before_send: Callable[[], None] | None = None) -> bool:
+        """Send one report; False when it could not be encoded (it is a dead letter now).
+
+        It is in flight (and `before_send` has run) before the write starts: a GM that closes
+        the session over this frame while the write is still being awaited must find it there,
+        or the quarantine could not tell which report it refused."""
         try:
             msg = Message(Op.STATUS, entry.seq, entry.kind, entry.namespace, entry.name, entry.body)
             check_json_like(entry.body, "body")  # what the GM's decoder checks
@@ -372,9 +377,11 @@ class Session:
         except ProtocolError as exc:
             await self._drop(entry, str(exc))
             return False
-        await self._send(data)
         self._inflight.add(entry, self._loop.time())
         self._metrics.inflight.set(len(self._inflight))
+        if before_send is not None:
+            before_send()
+        await self._send(data)
         self._count_sent(resend)
         return True
 
