@@ -107,10 +107,10 @@ def event_core_to_v1(obj: dict[str, Any]) -> dict[str, Any]:
     for core, new in _EVENT_FIELDS:
         if obj.get(core) not in (None, "", {}):
             out[new] = copy.deepcopy(obj[core])
-    # Events written by the old recorder name their component only in `source`.
-    controller = obj.get("reportingComponent") or _d(obj.get("source")).get("component")
-    if controller:
-        out["reportingController"] = controller
+    # kube-apiserver copies reportingComponent only; an event that names its component just in
+    # `source` (the old recorder's) has no reportingController in this view
+    if obj.get("reportingComponent"):
+        out["reportingController"] = obj["reportingComponent"]
     return out
 
 

@@ -105,9 +105,9 @@ def default_cronjob(obj: dict[str, Any]) -> None:
     spec.setdefault("successfulJobsHistoryLimit", 3)
     spec.setdefault("failedJobsHistoryLimit", 1)
     tmpl = spec.get("jobTemplate")
-    if isinstance(tmpl, dict):
+    if isinstance(tmpl, dict):  # the Job's own defaults come when the Job is made, not here
         _d(tmpl, "metadata")
-        default_job_spec(_d(tmpl, "spec"))
+        default_template(_d(tmpl, "spec"))
 
 
 DEFAULTERS: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {

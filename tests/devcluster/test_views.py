@@ -82,7 +82,7 @@ async def test_core_event_reads_as_events_k8s_io_and_back(cluster):
     assert ev["apiVersion"] == "events.k8s.io/v1"
     assert ev["note"] == "pulled the image"
     assert ev["regarding"] == core["involvedObject"]
-    assert ev["reportingController"] == "kubelet"
+    assert "reportingController" not in ev  # kube-apiserver copies reportingComponent only, never source
     assert ev["deprecatedSource"] == core["source"]
     assert (ev["deprecatedCount"], ev["deprecatedLastTimestamp"]) == (2, "2026-01-01T00:01:00Z")
     assert "message" not in ev and "involvedObject" not in ev

@@ -78,8 +78,6 @@ NOT_YET_AS_REAL: dict[str, str] = {
         "422: the case's cpu request 1 is above its limit 500m, which the real server refuses",
     "workloads/job-restart-policy-always-is-422": "the first cause is FieldValueRequired",
     "workloads/job-without-restart-policy-is-422": "the first cause is FieldValueRequired",
-    "workloads/cronjob-is-stored-with-defaults": "jobTemplate.spec.backoffLimit is not defaulted in a CronJob",
-    "workloads/core-event-reads-as-events-k8s-io": "an empty reportingController is left out",
 }
 # differences that depend on timing on the real server (not strict)
 RACY_ON_REAL: dict[str, str] = {
