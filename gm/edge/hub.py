@@ -567,8 +567,6 @@ class Hub:
             self.stats.deferred += 1
             event(log, "hub status deferred", level=logging.WARNING, **_where(session.node, msg), reason=str(exc))
             return
-        except asyncio.CancelledError:
-            raise
         except Exception:
             self.stats.handler_errors += 1
             event(log, "hub status handler failed", level=logging.ERROR, exc_info=True, **_where(session.node, msg))

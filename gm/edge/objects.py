@@ -145,6 +145,7 @@ class _Entry:
     payload: dict[str, Any] | None = None  # None until the first version is ready
     source_rv: str | None = None  # resourceVersion `payload` was built from
     credential: str | None = None  # the credential annotation `payload` carries
+    view: dict[str, Any] | None = None  # edge_view of the object `payload` was built from
     sent_to: frozenset[str] = frozenset()
 
 
@@ -318,10 +319,14 @@ class EdgeObjects:
             entry = self._entries[key] = _Entry(nodes)
         entry.nodes = nodes
         credential, rv = self._credential(key, obj), meta_str(obj, "resourceVersion")
-        if entry.payload is not None and rv and entry.source_rv == rv and entry.credential == credential:
-            self._publish(key, entry.payload, rv)  # same version: only nodes that lack it
+        view = edge_view(obj)
+        if entry.payload is not None and entry.credential == credential and (
+                (rv and entry.source_rv == rv) or entry.view == view):
+            # same version, or one that differs only in what reports write: no new copy, and
+            # only nodes that lack it are sent the one they would have had
+            self._publish(key, entry.payload, rv)
             return
-        entry.credential = credential
+        entry.credential, entry.view = credential, view
         annotate = self._annotations.get(key[0])
         self._publish(key, downstream_copy(key[0], obj, credential=credential,
                                            annotations=annotate(obj) if annotate is not None else None), rv)
@@ -363,13 +368,11 @@ class EdgeObjects:
         self._emit(key, None, lost)
 
     def _publish(self, key: ObjKey, payload: dict[str, Any], rv: str) -> None:
-        """Make `payload` the object's version and hand it to every node that lacks it (to
-        every node when it changed in a way the edge can see)."""
+        """Make `payload` the object's version and hand it to every node that lacks it."""
         entry = self._entries.get(key)
         if entry is None:
             return
-        changed = entry.payload is None or edge_view(payload) != edge_view(entry.payload)
-        targets = entry.nodes if changed else entry.nodes - entry.sent_to
+        targets = entry.nodes if payload != entry.payload else entry.nodes - entry.sent_to
         entry.payload, entry.source_rv = payload, rv
         self._set_sent(key, entry, entry.nodes)
         if targets:

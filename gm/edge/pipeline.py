@@ -111,7 +111,6 @@ class StatusPipeline:
         self._unsequenced = itertools.count()
         self.ledger = ledger if ledger is not None else SeqLedger()
         self.stats = PipelineStats()
-        self._closing = False
 
     def submit(self, gvr: GVR, namespace: str, name: str, stamp: ReportStamp,
                mutate: Mutate) -> asyncio.Future[Verdict]:
@@ -134,7 +133,6 @@ class StatusPipeline:
 
     async def close(self) -> None:
         """Stop every writer; reports still queued stay unacked (the LCs resend them)."""
-        self._closing = True
         writers = [q.writer for q in self._queues.values() if q.writer is not None]
         for task in writers:
             task.cancel()
@@ -156,11 +154,9 @@ class StatusPipeline:
                 await self._write_until_settled(key, queue, batch)
                 if (rest := started + self._min_interval - loop.time()) > 0:
                     await asyncio.sleep(rest)  # what arrives meanwhile joins the next write
-        finally:
+        finally:  # only close() cancels a writer: what it leaves queued stays unacked
             queue.writer = None
-            if queue.reports and not self._closing:  # cancelled mid-way by a bug: do not strand them
-                queue.writer = asyncio.create_task(self._drain(key, queue), name=f"status-{key[0].plural}-{key[1]}/{key[2]}")
-            elif not queue.reports and self._queues.get(key) is queue:
+            if not queue.reports and self._queues.get(key) is queue:
                 del self._queues[key]
 
     @staticmethod
