@@ -14,7 +14,9 @@ Logging must never crash or mislead its caller, whatever the values hold:
   the edge, say) cannot start a forged line; field names are reduced to `[A-Za-z0-9_.-]`;
 - in JSON format strings are escaped by the encoder, and lone surrogates (which UTF-8
   cannot encode) are written as `\\udXXX` escapes instead of failing the line;
-- a value whose `str()` raises is logged as a placeholder naming its type.
+- a value whose `str()` raises is logged as a placeholder naming its type;
+- a field longer than `shared.text.LOG_FIELD_LIMIT` characters is cut there and its length
+  stated, so a value sent from outside (a 1 MB literal, say) cannot make a 1 MB line.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
+
+from shared.text import LOG_FIELD_LIMIT, clip
 
 _RECORD_KEYS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 _FORMATTER_KEYS = frozenset({"ts", "level", "logger", "msg", "exc"})
@@ -69,11 +73,24 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
 
 def _text(value: Any) -> str:
     if isinstance(value, str):
-        return value
+        return clip(value, LOG_FIELD_LIMIT)
     try:
-        return str(value)
+        return clip(str(value), LOG_FIELD_LIMIT)
     except Exception:  # a broken __str__ must not lose the line
         return f"<unprintable {type(value).__name__}>"
+
+
+def _bounded(value: Any) -> Any:
+    """A JSON field value no longer than LOG_FIELD_LIMIT once written."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if not isinstance(value, (Mapping, list, tuple)):
+        return _text(value)
+    try:
+        encoded = orjson.dumps(value, default=_text)
+    except (orjson.JSONEncodeError, TypeError):  # written by the formatter's fallback
+        return value
+    return value if len(encoded) <= LOG_FIELD_LIMIT else clip(encoded.decode(), LOG_FIELD_LIMIT)
 
 
 def _escape_char(match: re.Match[str]) -> str:
@@ -106,7 +123,7 @@ class KeyValueFormatter(logging.Formatter):
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        doc: dict[str, Any] = {safe_key(k): v for k, v in _fields(record).items()}
+        doc: dict[str, Any] = {safe_key(k): _bounded(v) for k, v in _fields(record).items()}
         doc.update(ts=record.created, level=record.levelname.lower(), logger=record.name,
                    msg=record.getMessage())
         if record.exc_info:

@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from shared.logs import JsonFormatter, KeyValueFormatter, event, kv, kv_value, safe_key
+from shared.text import LOG_FIELD_LIMIT, clip
 
 LOGFMT_PAIR = re.compile(r'([A-Za-z0-9_.-]+)=("(?:[^"\\]|\\.)*"|[^\s"=]+)(?: |$)')
 
@@ -148,3 +149,27 @@ def test_exception_text_is_one_escaped_field(capture):
     assert out.count("\n") == 1
     fields = parse_logfmt(out[:-1])
     assert "Traceback" in fields["exc"] and "ValueError: boom\\nlevel=error" in fields["exc"]
+
+
+@pytest.mark.parametrize("formatter", [KeyValueFormatter, JsonFormatter])
+@pytest.mark.parametrize("value", ["7" * 1_000_000, ["x" * 1000] * 1000, {"k": "v" * 100_000}])
+def test_a_huge_field_is_clipped_and_its_length_stated(capture, formatter, value):
+    logger, buf = capture(formatter())
+    event(logger, "refused", body=value, worker="w1")
+    line = buf.getvalue()
+    assert len(line) < LOG_FIELD_LIMIT + 1000
+    assert "characters)" in line
+    fields = orjson.loads(line) if formatter is JsonFormatter else parse_logfmt(line.rstrip("\n"))
+    assert fields["worker"] == "w1"
+
+
+def test_a_short_container_stays_structured_in_json(capture):
+    logger, buf = capture(JsonFormatter())
+    event(logger, "ok", items=[1, 2], obj={"a": "b"})
+    fields = orjson.loads(buf.getvalue())
+    assert fields["items"] == [1, 2] and fields["obj"] == {"a": "b"}
+
+
+def test_clip_keeps_the_start_and_states_the_length():
+    assert clip("abc", 5) == "abc"
+    assert clip("a" * 10, 4) == "aaaa... (10 characters)"
