@@ -1,5 +1,5 @@
 """Folding and the per-object bound, end to end: worker POSTs to a real LC, its link to a real
-GM hub (tests/e2e/test_lc_link_hub.py's HubServer), acks settling what they cover.
+GM hub (tests/linkrig.py), acks settling what they cover.
 
 Reports of a latest-wins kind that pile up while the GM is away are relayed as one frame
 per object and worker; that frame's ack empties the outbox; until then the covered reports
@@ -20,16 +20,18 @@ from lc.app import LocalController
 from lc.link.dialer import GMLink
 from lc.store import Store
 from tests.conftest import eventually
-from tests.e2e.test_lc_link_hub import (
+from tests.hubfakes import MemSource
+from tests.linkrig import (
     NODE,
     TIMEOUT,
     HubServer,
     MemHandler,
     attach,
     lc_config,
+    link_list,
     model,
+    serving,
 )
-from tests.hubfakes import MemSource
 
 JI = "JointInferenceService"
 
@@ -55,23 +57,14 @@ def handler() -> MemHandler:
 
 @pytest.fixture
 async def gm(source: MemSource, handler: MemHandler) -> AsyncIterator[HubServer]:
-    server = HubServer(source, handler)
-    await server.start()
-    try:
+    async with serving(source, handler) as server:
         yield server
-    finally:
-        handler.gate.set()
-        await server.stop()
 
 
 @pytest.fixture
 async def links() -> AsyncIterator[list[GMLink]]:
-    started: list[GMLink] = []
-    try:
+    async with link_list() as started:
         yield started
-    finally:
-        for link in started:
-            await link.stop(within=5.0)
 
 
 async def started_lc(tmp_path: Path) -> LocalController:

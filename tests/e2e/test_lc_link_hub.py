@@ -1,6 +1,6 @@
 """The LC link against a real GM hub on a random port, with the real LC store and managers.
 
-The GM side is gm.edge.hub.Hub with in-memory source/handler classes written here; the LC side
+The GM side is gm.edge.hub.Hub over the in-memory source and handler of tests/linkrig.py; the LC side
 is a real LocalController (SQLite on a temp file, real managers) whose link is either the
 production `link_factory` or a GMLink built with short timings for restart scenarios.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -17,105 +17,25 @@ import aiohttp
 import pytest
 from aiohttp import WSMsgType, web
 
-from gm.edge.hub import Hub
-from gm.edge.reports import ReportDeferred
 from lc.app import LocalController
-from lc.config import LCConfig
-from lc.link.dialer import GMLink, LinkSettings, link_factory
-from proto import MAX_FRAME_BYTES, SUBPROTOCOL, Message, Op, decode_native, encode_native, hello
-from shared.server_limits import ServerLimits, guarded_runner
+from lc.link.dialer import GMLink, link_factory
+from proto import SUBPROTOCOL, Op, decode_native, encode_native, hello
+from shared.server_limits import ServerLimits
 from tests.conftest import eventually
 from tests.hubfakes import MemSource
-
-NODE = "edge-1"
-TIMEOUT = 10.0
-
-
-class MemHandler:
-    """Records every applied report as (node, seq, kind, name, body); can be held closed."""
-
-    def __init__(self) -> None:
-        self.applied: list[tuple[str, int, str, str, dict[str, Any]]] = []
-        self.gate = asyncio.Event()
-        self.gate.set()
-        self.waiting = 0
-        self.defer: dict[str, int] = {}  # name -> how many more times to defer its reports
-        self.deferred = 0
-
-    def submit(self, node: str, message: Message, *, epoch: str = ""):
-        return self.handle_status(node, message, epoch=epoch)
-
-    async def handle_status(self, node: str, message: Message, *, epoch: str = "") -> None:
-        if self.defer.get(message.name, 0) > 0:
-            self.defer[message.name] -= 1
-            self.deferred += 1
-            raise ReportDeferred("api server unavailable")
-        self.waiting += 1
-        try:
-            await self.gate.wait()
-        finally:
-            self.waiting -= 1
-        self.applied.append((node, message.seq, message.kind, message.name, dict(message.body or {})))
-
-    def seqs(self, name: str | None = None) -> list[int]:
-        return [seq for _, seq, _, n, _ in self.applied if name is None or n == name]
-
-
-def model(name: str, version: int = 1) -> dict[str, Any]:
-    return {"kind": "Model", "metadata": {"name": name, "namespace": "default"},
-            "spec": {"url": f"/models/{name}-{version}.pb", "format": "pb"}}
-
-
-def dataset(name: str) -> dict[str, Any]:
-    return {"kind": "Dataset", "metadata": {"name": name, "namespace": "default"},
-            "spec": {"url": f"/data/{name}.txt", "format": "txt", "nodeName": NODE}}
-
-
-@web.middleware
-async def strip_subprotocol(request: web.Request, handler: Callable[[web.Request], Awaitable[Any]]) -> Any:
-    """Make the hub behave like an upstream GM: it never sees the offered subprotocol."""
-    headers = request.headers.copy()
-    headers.popall("Sec-WebSocket-Protocol", None)
-    return await handler(request.clone(headers=headers))
-
-
-class HubServer:
-    """A Hub on an aiohttp site that can be stopped and started again on the same port."""
-
-    def __init__(self, source: MemSource, handler: MemHandler, *, upstream_only: bool = False,
-                 token: str | None = None) -> None:
-        self.source, self.handler = source, handler
-        self.upstream_only = upstream_only
-        self.token = token
-        self.port = 0
-        self.max_frame_bytes = MAX_FRAME_BYTES
-        self.ping_interval = 10.0
-        self.limits = ServerLimits()
-        self.hub: Hub | None = None
-        self._runner: web.AppRunner | None = None
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    async def start(self) -> Hub:
-        self.hub = Hub(self.source, self.handler, token=self.token, close_timeout=1.0,
-                       max_frame_bytes=self.max_frame_bytes,
-                       ping_interval=self.ping_interval)
-        app = web.Application(middlewares=[strip_subprotocol] if self.upstream_only else [])
-        self.hub.attach(app)
-        # the GM's own server setup (gm/app.py): the shared limits
-        self._runner = guarded_runner(app, limits=self.limits, shutdown_timeout=1.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
-        return self.hub
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+from tests.linkrig import (
+    NODE,
+    TIMEOUT,
+    HubServer,
+    MemHandler,
+    attach,
+    dataset,
+    lc_config,
+    link_list,
+    model,
+    serving,
+    stored,
+)
 
 
 @pytest.fixture
@@ -134,27 +54,8 @@ def handler() -> MemHandler:
 
 @pytest.fixture
 async def gm(source: MemSource, handler: MemHandler) -> AsyncIterator[HubServer]:
-    server = HubServer(source, handler)
-    await server.start()
-    try:
+    async with serving(source, handler) as server:
         yield server
-    finally:
-        await server.stop()
-
-
-def lc_config(tmp_path: Path, gm_address: str | None) -> LCConfig:
-    return LCConfig(gm_address=gm_address, gm_scheme="ws", gm_token=None, node_name=NODE,
-                    bind_address="127.0.0.1", bind_port=0, rootfs=str(tmp_path / "rootfs"),
-                    db_path=str(tmp_path / "lc.db"), db_synchronous="NORMAL",
-                    dataset_period=3600.0, log_level="info", log_format="text")
-
-
-def fast_settings(address: str, **overrides: Any) -> LinkSettings:
-    options: dict[str, Any] = {"ping_interval": 0.5, "silence_timeout": 3.0, "hello_timeout": 2.0,
-                               "connect_timeout": 2.0, "close_timeout": 1.0, "ack_timeout": 5.0,
-                               "idle_poll": 0.5, "backoff_base": 0.02, "backoff_cap": 0.2,
-                               "replaced_delay": 60.0}
-    return LinkSettings(url=f"ws://{address}/", node=NODE, **{**options, **overrides})
 
 
 @pytest.fixture
@@ -170,25 +71,8 @@ async def lc(tmp_path: Path) -> AsyncIterator[LocalController]:
 
 @pytest.fixture
 async def links() -> AsyncIterator[list[GMLink]]:
-    started: list[GMLink] = []
-    try:
+    async with link_list() as started:
         yield started
-    finally:
-        for link in started:
-            await link.stop(within=5.0)
-
-
-def attach(lc: LocalController, links: list[GMLink], address: str, **overrides: Any) -> GMLink:
-    assert lc.store is not None
-    link = GMLink(fast_settings(address, **overrides), store=lc.store, sink=lc)
-    link.start()
-    links.append(link)
-    return link
-
-
-async def stored(lc: LocalController) -> dict[tuple[str, str], dict[str, Any]]:
-    assert lc.store is not None
-    return {(kind, name): obj for kind, _, name, obj in await lc.store.list_resources()}
 
 
 # ---- the production seam ------------------------------------------------------------------

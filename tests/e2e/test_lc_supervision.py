@@ -19,7 +19,8 @@ from lc.managers.dataset import DatasetManager
 from lc.store import Store
 from shared.tasks import Restart
 from tests.conftest import eventually
-from tests.e2e.test_lc_link_hub import (
+from tests.hubfakes import MemSource
+from tests.linkrig import (
     NODE,
     TIMEOUT,
     HubServer,
@@ -28,7 +29,6 @@ from tests.e2e.test_lc_link_hub import (
     lc_config,
     model,
 )
-from tests.hubfakes import MemSource
 
 FAST_RESTART = Restart(initial=0.02, cap=0.05, stable_after=60)
 
