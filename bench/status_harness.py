@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -270,6 +270,28 @@ class Stack:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"LC {lc.node} not linked to the GM within {within}s")
                 await asyncio.sleep(0.1)
+
+    @contextlib.asynccontextmanager
+    async def running(self, watches: list[Watch]) -> AsyncIterator[Stack]:
+        """Started and supervised (a service that exits is started again) for the block;
+        then the supervisor, the `watches` the block added and every process stopped. A
+        block that fails keeps the state folder and its logs."""
+        supervisor: asyncio.Task | None = None
+        try:
+            await self.start()
+            supervisor = asyncio.create_task(self.supervise())
+            yield self
+        except BaseException:
+            self.remove = False
+            raise
+        finally:
+            if supervisor is not None:
+                supervisor.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await supervisor
+            for w in watches:
+                await w.stop()
+            await self.stop()
 
     async def stop(self) -> None:
         for lc in self.lcs.values():
@@ -687,10 +709,7 @@ async def soak(seconds: float, *, workers: int = 40, rate: float = 10.0, dataset
     jis, dss = Tracker(), Tracker()
     watches: list[Watch] = []
     kills: list[str] = []
-    supervisor: asyncio.Task | None = None
-    try:
-        await stack.start()
-        supervisor = asyncio.create_task(stack.supervise())
+    async with stack.running(watches):
         await stack.wait_linked()
         for m in ji_models():
             await stack.create(m)
@@ -791,14 +810,3 @@ async def soak(seconds: float, *, workers: int = 40, rate: float = 10.0, dataset
                             if dss.track(n).last != count_lines(p)},
             kills=kills, crashes=list(stack.crashes), dataset_changes=results[0],
             watch_resumes=sum(w.rewatches + w.relists for w in watches) - len(watches), log_dir=str(stack.dir))
-    except BaseException:
-        stack.remove = False  # keep the logs
-        raise
-    finally:
-        if supervisor is not None:
-            supervisor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await supervisor
-        for w in watches:
-            await w.stop()
-        await stack.stop()

@@ -175,12 +175,10 @@ async def on_fresh_stack(args, label: str, jis: list[str], load, *, faults: floa
     tracker = Tracker()
     stack = Stack([NODE], keep=args.keep_logs)
     watches: list[Watch] = []
-    supervisor = None
-    try:
-        say(f"{label}: dev cluster, GM, LC {NODE}, {len(jis)} JI(s) (state in {stack.dir})")
-        await stack.start()
-        supervisor = asyncio.create_task(stack.supervise())
-        workers, watches = await setup(stack, jis, tracker)
+    say(f"{label}: dev cluster, GM, LC {NODE}, {len(jis)} JI(s) (state in {stack.dir})")
+    async with stack.running(watches):
+        workers, started = await setup(stack, jis, tracker)
+        watches += started
         if faults:
             await stack.set_faults(_faults(faults))  # only now: setup and warm-up ran fault-free
         run = await measured(label, stack, tracker, jis, lambda: load(workers), wait=wait)
@@ -192,15 +190,6 @@ async def on_fresh_stack(args, label: str, jis: list[str], load, *, faults: floa
             say(f"{label}: restarted after exiting on their own: {stack.crashes}")
         run.crashes = list(stack.crashes)
         return run
-    except BaseException:
-        stack.remove = False  # keep the logs
-        raise
-    finally:
-        if supervisor is not None:
-            supervisor.cancel()
-        for w in watches:
-            await w.stop()
-        await stack.stop()
 
 
 async def all_runs(args) -> dict[str, Run]:
