@@ -9,11 +9,15 @@ error naming the key instead of a silent zero.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, get_type_hints
 
 import yaml
+
+# a Kubernetes object name (RFC 1123 subdomain), as namespaces and ServiceAccounts are named
+_DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 class ConfigError(ValueError):
@@ -97,6 +101,25 @@ class LogConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class IdentityConfig:
+    """Who the GM runs as: no worker template may name this ServiceAccount in this namespace.
+
+    The chart writes both keys; `load_config` fills an empty one from the env (POD_NAMESPACE,
+    POD_SERVICE_ACCOUNT: the downward API's metadata.namespace and spec.serviceAccountName).
+    Unless both are known nothing is refused."""
+
+    namespace: str = ""
+    serviceAccount: str = ""
+
+    @property
+    def known(self) -> bool:
+        return bool(self.namespace and self.serviceAccount)
+
+
+IDENTITY_ENV = {"namespace": "POD_NAMESPACE", "serviceAccount": "POD_SERVICE_ACCOUNT"}
+
+
+@dataclass(frozen=True, slots=True)
 class FederatedLearningConfig:
     specEditPolicy: str = "recreate"  # recreate | reject
 
@@ -116,6 +139,7 @@ class GMConfig:
     cacheSyncTimeoutSeconds: float = 120.0  # the GM exits if its caches have not synced by then
     log: LogConfig = field(default_factory=LogConfig)
     federatedLearning: FederatedLearningConfig = field(default_factory=FederatedLearningConfig)
+    identity: IdentityConfig = field(default_factory=IdentityConfig)
 
     def websocket_token(self) -> str:
         if self.websocket.token:
@@ -182,6 +206,7 @@ def _validate(cfg: GMConfig) -> None:
         raise ConfigError("cacheSyncTimeoutSeconds: must be > 0")
     _validate_leader(cfg.leaderElection)
     _validate_websocket(cfg.websocket)
+    _validate_identity(cfg.identity)
 
 
 def _validate_leader(le: LeaderElectionConfig) -> None:
@@ -211,6 +236,13 @@ def _validate_websocket(ws: WebsocketConfig) -> None:
             raise ConfigError(f"websocket.{key}: file {path!r} does not exist")
 
 
+def _validate_identity(identity: IdentityConfig) -> None:
+    for key in IDENTITY_ENV:
+        value = getattr(identity, key)
+        if value and (len(value) > 253 or not _DNS_NAME.fullmatch(value)):
+            raise ConfigError(f"identity.{key}: {value[:64]!r} is not a valid name")
+
+
 def split_list(value: str) -> tuple[str, ...]:
     """A comma-separated config value as a tuple, blanks dropped."""
     return tuple(item.strip() for item in value.split(",") if item.strip())
@@ -230,18 +262,28 @@ def yaml_mapping(text: str, *, fail: Callable[[str], Exception], not_mapping: st
     return data
 
 
-def parse_config(text: str) -> GMConfig:
-    """Parse the YAML text of a config file over the defaults."""
+def parse_config(text: str, *, env: Mapping[str, str] | None = None) -> GMConfig:
+    """Parse the YAML text of a config file over the defaults; `env` fills what the file
+    leaves empty of `identity` (see IdentityConfig)."""
     data = yaml_mapping(text, fail=ConfigError, not_mapping="the configuration must be a mapping")
     cfg = _fill("", GMConfig(), data)
+    if env is not None:
+        cfg = replace(cfg, identity=_identity_from_env(cfg.identity, env))
     _validate(cfg)
     return cfg
 
 
-def load_config(path: str) -> GMConfig:
-    """Read and parse the config file at `path` (it must exist, as upstream requires)."""
+def _identity_from_env(identity: IdentityConfig, env: Mapping[str, str]) -> IdentityConfig:
+    return replace(identity, **{key: env.get(var, "").strip() for key, var in IDENTITY_ENV.items()
+                                if not getattr(identity, key)})
+
+
+def load_config(path: str, *, env: Mapping[str, str] | None = None) -> GMConfig:
+    """Read and parse the config file at `path` (it must exist, as upstream requires); the
+    process environment (or `env`) completes `identity`."""
     try:
         with open(path, encoding="utf-8") as f:
-            return parse_config(f.read())
+            text = f.read()
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path!r}: {exc.strerror}") from exc
+    return parse_config(text, env=os.environ if env is None else env)

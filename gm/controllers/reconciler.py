@@ -8,7 +8,8 @@ everything from the caches:
 1. the CR gone or terminating: nothing (the garbage collector removes the children, and
    nothing is ever created for a deleted CR); the CR `expired` (ttlSecondsAfterFinished):
    delete it;
-2. `build(cr, deps)`: the desired children per owned type;
+2. `build(cr, deps)`: the desired children per owned type, none of which may run as the
+   GM's own ServiceAccount (gm/workers/template.py);
 3. per owned type, in declaration order: diff against the children the CR controls
    (children.plan_children) and execute the plan in batches with owner re-checks
    (common.execute), writing progress status between batches;
@@ -54,6 +55,7 @@ from gm.edge.reports import edge_view
 from gm.kube.errors import ApiError, Conflict, NotFound
 from gm.kube.informer import SharedInformer
 from gm.kube.resources import GVR
+from gm.workers.template import ServiceAccountRef, refuse_service_account
 from shared import apis
 from shared.logs import event
 from shared.objects import SPEC_HASH_ANNOTATION, deep_get, now_rfc3339
@@ -77,6 +79,9 @@ class KindController:
         self.owned: dict[GVR, SharedInformer] = {o.gvr: ctx.children(o.gvr) for o in decl.owns}
         self.watched: dict[GVR, SharedInformer] = {w.gvr: ctx.informer(w.gvr) for w in decl.watches}
         self.secrets = ctx.secrets()
+        identity = ctx.config.identity
+        # no worker of any kind runs as the GM's own ServiceAccount (template.py says why)
+        self.gm_account = ServiceAccountRef(identity.namespace, identity.serviceAccount) if identity.known else None
         for watch in decl.watches:
             if watch.refs is not None:
                 self.crs.add_indexer(_ref_index(watch.gvr), _refs_of(watch))
@@ -166,6 +171,8 @@ class KindController:
                 if child in desired[gvr.plural]:
                     raise TypeError(f"{self.kind} build returned two {gvr.plural} named {child}")
                 desired[gvr.plural][child] = obj
+        refuse_service_account((c for objs in desired.values() for c in objs.values()),
+                               namespace=namespace, forbidden=self.gm_account)
         return desired
 
     def _dependencies(self, cr: dict, namespace: str, now: str) -> Dependencies:

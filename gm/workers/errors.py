@@ -1,9 +1,10 @@
 """Why a CR's workers cannot be built: the one error family the worker builders raise.
 
 A reconciler maps these to a status condition in one place: `InvalidSpec` is the user's
-to fix (no retry until the spec changes), `MissingDependency` may resolve by itself when
-the named object appears (retry with backoff). Both carry a CamelCase `reason` and a
-human `message` ready for the condition.
+to fix (no retry until the spec changes), and so is its `ForbiddenSpec`, a spec refused on
+purpose; `MissingDependency` may resolve by itself when the named object appears (retry
+with backoff). All carry a CamelCase `reason` and a human `message` ready for the
+condition.
 """
 
 from __future__ import annotations
@@ -35,3 +36,9 @@ class MissingDependency(SpecError):
         self.kind = kind
         self.name = name
         self.namespace = namespace
+
+
+class ForbiddenSpec(InvalidSpec):
+    """The CR asks the GM for something it never does on a CR author's behalf (a worker
+    running as the GM's own ServiceAccount): well-formed, refused, and like any invalid spec
+    nothing changes until it is edited."""

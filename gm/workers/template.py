@@ -4,17 +4,20 @@ The CR embeds a template per worker; the GM adds its env, mounts and pod knobs o
 top of a deep copy, never on the cached CR. Injected env comes after the user's and
 replaces a user entry of the same name (upstream appends, so the GM's value won
 anyway; dropping the duplicate keeps the container valid and readable).
+
+One thing a template may never ask for: to run as the GM's own ServiceAccount in the GM's
+namespace (`refuse_service_account`, checked once on every kind's built children).
 """
 
 from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gm.workers.errors import InvalidSpec
+from gm.workers.errors import ForbiddenSpec, InvalidSpec
 from gm.workers.storage import StoragePlan, apply_storage
 
 # Kubernetes resource.Quantity: a signed decimal with a binary-SI, decimal-SI or exponent suffix.
@@ -156,3 +159,58 @@ def _apply_knobs(spec: dict[str, Any], knobs: PodKnobs) -> None:
     for key, value in defaults.items():
         if value and not spec.get(key):
             spec[key] = value
+
+
+# ---- the GM's own ServiceAccount ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceAccountRef:
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+# where a pod spec names its ServiceAccount; the API server reads the deprecated alias when
+# the first is empty, so both count
+ACCOUNT_FIELDS = ("serviceAccountName", "serviceAccount")
+
+
+def pod_spec_of(child: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The pod spec a child runs: a Pod's own, a workload's (Deployment) template's, else None."""
+    spec = child.get("spec")
+    if not isinstance(spec, Mapping):
+        return None
+    if child.get("kind") == "Pod":
+        return spec
+    template = spec.get("template")
+    inner = template.get("spec") if isinstance(template, Mapping) else None
+    return inner if isinstance(inner, Mapping) else None
+
+
+def refuse_service_account(children: Iterable[Mapping[str, Any]], *, namespace: str,
+                           forbidden: ServiceAccountRef | None) -> None:
+    """Raise `ForbiddenSpec` when a child of a CR in `namespace` would run as `forbidden`.
+
+    `forbidden` is the GM's own ServiceAccount: its token holds the GM's cluster-wide rights
+    (every namespace's Pods and Secrets), and a worker running as it would hand them to
+    anyone allowed to create a CR in the GM's namespace. A ServiceAccount is namespaced, so
+    the same name elsewhere is someone else's and passes. None: the GM does not know who it
+    is, and nothing is refused."""
+    if forbidden is None or namespace != forbidden.namespace:
+        return
+    for child in children:
+        spec = pod_spec_of(child)
+        if spec is None:
+            continue
+        for key in ACCOUNT_FIELDS:
+            if spec.get(key) == forbidden.name:
+                meta = child.get("metadata") or {}
+                raise ForbiddenSpec(
+                    "ServiceAccountForbidden",
+                    f"worker {str(child.get('kind', '')).lower()} {meta.get('name')} would run as "
+                    f"ServiceAccount {forbidden}, the GlobalManager's own ({key} in its template): "
+                    "a worker may not get the GM's cluster-wide rights; name a ServiceAccount of "
+                    "the workers' own")

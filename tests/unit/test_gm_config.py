@@ -56,6 +56,8 @@ def test_keys_are_case_insensitive_and_unknown_keys_ignored():
         pytest.param("leaderElection: {enabled: true, leaseNamespace: ''}", "leaseNamespace must be set",
                      id="no-lease-namespace"),
         pytest.param("cacheSyncTimeoutSeconds: 0", "cacheSyncTimeoutSeconds: must be > 0", id="sync-timeout"),
+        pytest.param("identity: {serviceAccount: Sedna_GM}", "identity.serviceAccount: 'Sedna_GM' is not a valid name",
+                     id="identity-name"),
     ],
 )
 def test_bad_config_names_the_key(text, message):
@@ -74,3 +76,32 @@ def test_token_from_file(tmp_path):
     token.write_text("s3cret\n")
     cfg = parse_config(f"websocket: {{tokenFile: {token}}}")
     assert cfg.websocket_token() == "s3cret"
+
+
+@pytest.mark.parametrize("text, env, expected", [
+    pytest.param("", {}, ("", "", False), id="unknown"),
+    pytest.param("identity: {namespace: sedna, serviceAccount: sedna}", {}, ("sedna", "sedna", True), id="file"),
+    pytest.param("", {"POD_NAMESPACE": "sedna", "POD_SERVICE_ACCOUNT": "gm"}, ("sedna", "gm", True), id="env"),
+    pytest.param("identity: {serviceAccount: sedna}", {"POD_NAMESPACE": "ops", "POD_SERVICE_ACCOUNT": "other"},
+                 ("ops", "sedna", True), id="file-first-env-fills-blanks"),
+    pytest.param("", {"POD_NAMESPACE": "sedna"}, ("sedna", "", False), id="half-known"),
+])
+def test_identity_from_the_file_then_the_env(tmp_path, text, env, expected):
+    path = tmp_path / "gm.yaml"
+    path.write_text(text)
+    identity = load_config(str(path), env=env).identity
+    assert (identity.namespace, identity.serviceAccount, identity.known) == expected
+
+
+def test_parse_config_reads_no_env(monkeypatch):
+    monkeypatch.setenv("POD_NAMESPACE", "sedna")
+    monkeypatch.setenv("POD_SERVICE_ACCOUNT", "sedna")
+    assert not parse_config("").identity.known
+
+
+def test_load_config_reads_the_process_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("POD_NAMESPACE", "sedna")
+    monkeypatch.setenv("POD_SERVICE_ACCOUNT", "gm")
+    path = tmp_path / "gm.yaml"
+    path.write_text("")
+    assert load_config(str(path)).identity.serviceAccount == "gm"

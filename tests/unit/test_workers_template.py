@@ -1,11 +1,13 @@
-"""gm/workers/template.py: resource quantities the API server would refuse are spec errors."""
+"""gm/workers/template.py: resource quantities the API server would refuse are spec errors,
+and no worker may run as the GM's own ServiceAccount."""
 
 from __future__ import annotations
 
 import pytest
 
 from gm.workers import InvalidSpec
-from gm.workers.template import checked_template
+from gm.workers.errors import ForbiddenSpec
+from gm.workers.template import ServiceAccountRef, checked_template, refuse_service_account
 
 
 def template(resources):
@@ -30,3 +32,50 @@ def test_invalid_quantities_name_the_field(value):
 def test_malformed_resources_are_refused(resources):
     with pytest.raises(InvalidSpec):
         checked_template(template(resources), where="w")
+
+
+# ---- the GM's own ServiceAccount -------------------------------------------------------------
+
+GM = ServiceAccountRef("sedna", "sedna")
+
+
+def pod(**spec) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "job-trainworker-0"},
+            "spec": {"containers": [{"name": "c", "image": "i"}], **spec}}
+
+
+def deployment(**spec) -> dict:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "ji-deployment-edge"},
+            "spec": {"selector": {}, "template": {"metadata": {}, "spec": {
+                "containers": [{"name": "c", "image": "i"}], **spec}}}}
+
+
+SERVICE = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc"}, "spec": {"ports": []}}
+
+
+@pytest.mark.parametrize("child, field", [
+    pytest.param(pod(serviceAccountName="sedna"), "serviceAccountName", id="pod"),
+    pytest.param(deployment(serviceAccountName="sedna"), "serviceAccountName", id="deployment-template"),
+    pytest.param(pod(serviceAccount="sedna"), "serviceAccount", id="deprecated-alias"),
+    pytest.param(pod(serviceAccountName="", serviceAccount="sedna"), "serviceAccount", id="alias-behind-empty"),
+])
+def test_the_gms_own_account_in_its_namespace_is_refused(child, field):
+    with pytest.raises(ForbiddenSpec) as err:
+        refuse_service_account([SERVICE, child], namespace="sedna", forbidden=GM)
+    assert isinstance(err.value, InvalidSpec) and not err.value.retryable
+    assert err.value.reason == "ServiceAccountForbidden"
+    kind, name = child["kind"].lower(), child["metadata"]["name"]
+    assert err.value.message.startswith(
+        f"worker {kind} {name} would run as ServiceAccount sedna/sedna, the GlobalManager's own ({field} in "
+        "its template)")
+
+
+@pytest.mark.parametrize("children, namespace, forbidden", [
+    pytest.param([pod(serviceAccountName="sedna")], "team-a", GM, id="same-name-in-another-namespace"),
+    pytest.param([pod(serviceAccountName="workers"), deployment()], "sedna", GM, id="another-account"),
+    pytest.param([pod()], "sedna", GM, id="default-account"),
+    pytest.param([SERVICE, {"kind": "Pod", "metadata": {"name": "p"}}], "sedna", GM, id="no-pod-spec"),
+    pytest.param([pod(serviceAccountName="sedna")], "sedna", None, id="gm-identity-unknown"),
+])
+def test_other_accounts_pass(children, namespace, forbidden):
+    refuse_service_account(children, namespace=namespace, forbidden=forbidden)
