@@ -3,7 +3,10 @@
 `stringData` is a write-only convenience: its entries are base64-encoded into `data` (winning
 over a `data` entry of the same key) and it is never stored, on create and on every update.
 A Secret's `type` never changes; an object marked `immutable: true` keeps its data and its
-mark for good (the only way out is delete and recreate).
+mark for good (the only way out is delete and recreate). A Secret of a well-known type must
+carry that type's keys in `data` (a TLS Secret its certificate and key, and so on), on
+create and on every update; an update is checked for what it changes first, as the real
+server orders its causes.
 """
 
 from __future__ import annotations
@@ -16,6 +19,13 @@ from devcluster.errors import FieldError
 SECRET_KEY = ("", "secrets")
 CONFIGMAP_KEY = ("", "configmaps")
 _IMMUTABLE = "field is immutable when `immutable` is set"
+# the keys `data` must hold for each well-known Secret type
+_TYPE_KEYS = {
+    "kubernetes.io/tls": ("tls.crt", "tls.key"),
+    "kubernetes.io/dockerconfigjson": (".dockerconfigjson",),
+    "kubernetes.io/dockercfg": (".dockercfg",),
+    "kubernetes.io/ssh-auth": ("ssh-privatekey",),
+}
 
 
 def fold_string_data(obj: dict[str, Any]) -> None:
@@ -42,3 +52,10 @@ def validate_update(key: tuple[str, str], new: dict[str, Any], old: dict[str, An
         fields = ("data",) if key == SECRET_KEY else ("data", "binaryData")
         errors += [FieldError(f, "Forbidden", _IMMUTABLE) for f in fields if (new.get(f) or {}) != (old.get(f) or {})]
     return errors
+
+
+def validate_secret(obj: dict[str, Any]) -> list[FieldError]:
+    """The keys a Secret of a well-known type must have in `data`."""
+    data = obj.get("data") if isinstance(obj.get("data"), dict) else {}
+    return [FieldError(f"data[{key}]", "Required value")
+            for key in _TYPE_KEYS.get(obj.get("type"), ()) if key not in data]

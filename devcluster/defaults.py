@@ -54,14 +54,15 @@ def default_pod_spec(spec: dict[str, Any]) -> None:
     spec.setdefault("dnsPolicy", "ClusterFirst")
     spec.setdefault("schedulerName", "default-scheduler")
     spec.setdefault("securityContext", {})
-    spec.setdefault("enableServiceLinks", True)
     for key in ("initContainers", "containers"):
         for c in spec.get(key) or []:
             default_container(c)
 
 
 def default_pod(obj: dict[str, Any]) -> None:
-    default_pod_spec(_d(obj, "spec"))
+    spec = _d(obj, "spec")
+    default_pod_spec(spec)
+    spec.setdefault("enableServiceLinks", True)  # a Pod's default, not a pod template's
 
 
 def default_template(spec: dict[str, Any]) -> None:

@@ -83,7 +83,7 @@ def _qualified(resource: str, group: str) -> str:
 
 
 def _details(name: str, group: str, kind: str) -> dict[str, Any]:
-    d: dict[str, Any] = {"name": name, "kind": kind}
+    d: dict[str, Any] = {"name": name, "kind": kind} if name else {"kind": kind}  # omitempty
     if group:
         d["group"] = group
     return d

@@ -250,6 +250,10 @@ def _token_request_spec(name: str, body: Any) -> dict[str, Any]:
     """The TokenRequest spec with defaults; 400 for a malformed body, 422 for a bad duration."""
     if not isinstance(body, dict) or body.get("kind") not in (None, "TokenRequest"):
         raise bad_request("the body must be a TokenRequest")
+    given = (body.get("metadata") or {}).get("name") if isinstance(body.get("metadata"), dict) else None
+    if given and given != name:
+        raise invalid("TokenRequest", "authentication.k8s.io", name, [FieldError(
+            "metadata.name", "Invalid value", "must match the service account name if specified", given, True)])
     spec = dict(body.get("spec") or {})
     audiences = spec.get("audiences") or []
     if not isinstance(audiences, list) or not all(isinstance(a, str) for a in audiences):
@@ -261,7 +265,8 @@ def _token_request_spec(name: str, body: Any) -> dict[str, Any]:
     detail = ("may not specify a duration less than 10 minutes" if seconds < MIN_EXPIRATION else
               "may not specify a duration larger than 2^32 seconds" if seconds > MAX_EXPIRATION else "")
     if detail:
-        raise invalid("TokenRequest", "authentication.k8s.io", name,
+        # named as the request body names it (kube-apiserver validates the TokenRequest object)
+        raise invalid("TokenRequest", "authentication.k8s.io", given or "",
                       [FieldError("spec.expirationSeconds", "Invalid value", detail, seconds, True)])
     spec["expirationSeconds"] = seconds
     return spec

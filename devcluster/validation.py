@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from devcluster import configdata, rbac
+from devcluster import configdata, quantity, rbac
 from devcluster.errors import FieldError
 from devcluster.ownerrefs import validate_owner_references
 from devcluster.schema import structural_field_errors
@@ -316,6 +316,22 @@ def _validate_container(c: Any, path: str, seen: set[str]) -> list[FieldError]:
     for j, env in enumerate(_list(c.get("env"))):
         if not _map(env).get("name"):
             errors.append(_required(f"{path}.env[{j}].name"))
+    return errors + _requests_within_limits(_map(c.get("resources")), f"{path}.resources.requests")
+
+
+def _requests_within_limits(resources: dict, path: str) -> list[FieldError]:
+    """A request above its own limit (limits alone default the requests, so equal is fine).
+    kube-apiserver lists these in Go map order; here in the order of the names."""
+    requests, limits = _map(resources.get("requests")), _map(resources.get("limits"))
+    errors: list[FieldError] = []
+    for name in sorted(set(requests) & set(limits)):
+        try:
+            over = quantity.parse(requests[name])[0] > quantity.parse(limits[name])[0]
+        except quantity.QuantityError:
+            continue  # reported where the quantity was decoded
+        if over:
+            errors.append(_invalid(path, quantity.canonical(requests[name]), f"must be less than or equal to "
+                                   f"{name} limit of {quantity.canonical(limits[name])}"))
     return errors
 
 
@@ -565,6 +581,7 @@ _VALIDATORS = {
     ("apps", "replicasets"): _validate_replicaset,
     ("", "services"): _validate_service,
     ("coordination.k8s.io", "leases"): _validate_lease,
+    configdata.SECRET_KEY: configdata.validate_secret,
     **rbac.VALIDATORS,
 }
 _UPDATE_VALIDATORS = {
@@ -583,11 +600,11 @@ def validate_object(rt: Any, obj: Any, old: dict | None = None) -> list[FieldErr
     errors = validate_metadata(rt, obj)
     from devcluster import workloads  # it builds on this module's helpers
 
+    if old is not None and not rt.crd:
+        errors += configdata.validate_update(key, obj, old)
     check = _VALIDATORS.get(key) or workloads.VALIDATORS.get(key)
     if check is not None and not rt.crd:
         errors += check(obj)
-    if old is not None and not rt.crd:
-        errors += configdata.validate_update(key, obj, old)
     update_check = _UPDATE_VALIDATORS.get(key) or workloads.UPDATE_VALIDATORS.get(key)
     if old is not None and update_check is not None and not rt.crd:
         errors += update_check(obj, old)

@@ -38,6 +38,7 @@ JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 LEGACY_UID_LABEL = "controller-uid"
 LEGACY_NAME_LABEL = "job-name"
 JOB_RESTART_POLICIES = ("OnFailure", "Never")
+POD_RESTART_POLICIES = ("Always", "OnFailure", "Never")
 DS_STRATEGIES = ("OnDelete", "RollingUpdate")
 CONCURRENCY_POLICIES = ("Allow", "Forbid", "Replace")
 
@@ -178,8 +179,22 @@ def _validate_job_spec(spec: dict, path: str, *, need_selector: bool) -> list[Fi
     if ads is not None and (not isinstance(ads, int) or isinstance(ads, bool) or ads <= 0):
         errors.append(_invalid(f"{path}.activeDeadlineSeconds", ads, "must be greater than or equal to 1"))
     if need_selector:
-        return errors + _selector_and_template(spec, path, restart_policies=JOB_RESTART_POLICIES, kind_word="job")
-    return errors + _pod_template(spec.get("template"), f"{path}.template", restart_policies=JOB_RESTART_POLICIES)
+        errors += _selector_and_template(spec, path, restart_policies=POD_RESTART_POLICIES, kind_word="job")
+    else:
+        errors += _pod_template(spec.get("template"), f"{path}.template", restart_policies=POD_RESTART_POLICIES)
+    return errors + _job_restart_policy(spec.get("template"), f"{path}.template.spec.restartPolicy")
+
+
+def _job_restart_policy(template: Any, path: str) -> list[FieldError]:
+    """A Job's pods must not restart in place: Always (the pod default) is a required change,
+    as kube-apiserver words it; any other value a pod takes but a Job does not is unsupported."""
+    policy = _map(_map(template).get("spec")).get("restartPolicy")
+    if policy == "Always":
+        listed = ", ".join(f'"{p}"' for p in JOB_RESTART_POLICIES)
+        return [FieldError(path, "Required value", f"valid values: {listed}")]
+    if isinstance(policy, str) and policy not in JOB_RESTART_POLICIES:
+        return [_unsupported(path, policy, JOB_RESTART_POLICIES)]
+    return []
 
 
 def validate_job(obj: dict) -> list[FieldError]:

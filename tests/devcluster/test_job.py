@@ -99,7 +99,7 @@ async def test_deleting_a_job_removes_its_tracked_pods(live):
 
 @pytest.mark.parametrize("body, field, detail", [
     pytest.param(job("always", restart="Always"), "spec.template.spec.restartPolicy",
-                 'Unsupported value: "Always": supported values: "OnFailure", "Never"', id="restart-always"),
+                 'Required value: valid values: "OnFailure", "Never"', id="restart-always"),
     pytest.param(job("neg", backoffLimit=-1), "spec.backoffLimit", "Invalid value: -1: must be greater than or equal to 0",
                  id="negative-backoff"),
 ])
