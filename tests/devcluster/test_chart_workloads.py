@@ -17,13 +17,15 @@ async def test_chart_lc_runs_on_edge_nodes_and_gm_on_the_cloud_node(live):
     store = live.store
     rendered = render_chart()
     docs = {d["kind"]: d for docs in rendered.values() for d in docs if d["kind"] in ("DaemonSet", "Deployment")}
-    ns = docs["DaemonSet"]["metadata"]["namespace"]
-    store.create(rt(store, "namespaces"), None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    ns, gm_ns = docs["DaemonSet"]["metadata"]["namespace"], docs["Deployment"]["metadata"]["namespace"]
+    for name in (ns, gm_ns):  # the LC has a namespace of its own
+        store.create(rt(store, "namespaces"), None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     store.create(rt(store, "daemonsets", "apps"), ns, docs["DaemonSet"])
-    store.create(rt(store, "deployments", "apps"), ns, docs["Deployment"])
+    store.create(rt(store, "deployments", "apps"), gm_ns, docs["Deployment"])
     await eventually(lambda: _running_nodes(store, ns, "sedna=lc") == ["edge-node-1", "edge-node-2"],
                      message="LC on both edge nodes")
-    await eventually(lambda: _running_nodes(store, ns, "sedna=gm") == ["cloud-node"], message="GM on the cloud node")
+    await eventually(lambda: _running_nodes(store, gm_ns, "sedna=gm") == ["cloud-node"],
+                     message="GM on the cloud node")
     ds = store.get(rt(store, "daemonsets", "apps"), ns, docs["DaemonSet"]["metadata"]["name"])
     await eventually(lambda: store.get(rt(store, "daemonsets", "apps"), ns, ds["metadata"]["name"])["status"].get(
         "numberAvailable") == 2, message="ds status")

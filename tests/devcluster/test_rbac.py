@@ -218,7 +218,8 @@ async def _gm_client(tls: Tls) -> KubeClient:
     """The chart's ClusterRole, binding and ServiceAccount installed; a KubeClient with its token."""
     rendered = render_chart()
     tls.dc.apply_manifests(apis.CRD_DIR)
-    await tls.create("/api/v1/namespaces", {"metadata": {"name": "sedna"}})
+    for ns in rendered["namespace.yaml"]:  # the GM's and the LC's
+        await tls.create("/api/v1/namespaces", {"metadata": {"name": ns["metadata"]["name"]}})
     for doc in rendered["serviceaccount.yaml"] + rendered["rbac.yaml"]:
         rt = tls.dc.store.registry.for_kind(doc["apiVersion"], doc["kind"])
         tls.dc.store.create(rt, doc["metadata"].get("namespace") if rt.namespaced else None, doc)

@@ -1,9 +1,10 @@
 """`helm install charts/sedna` on the dev cluster, then the GM doing its whole job under the
-chart's ServiceAccount token with RBAC enforced; `helm upgrade` rolls the GM; `helm
-uninstall` leaves nothing of the release behind.
+chart's ServiceAccount token with RBAC enforced, and admitting the LC (in its own namespace)
+as its node by a TokenReview of its projected token; `helm upgrade` rolls the GM; `helm
+uninstall` leaves nothing of the release behind but the labelled release namespace.
 
 The GM and LC pods run as local processes (the process runtime projects their config file,
-service-account token, CA and API address); the workers the GM creates are simulated pods.
+service-account tokens, CA and API address); the workers the GM creates are simulated pods.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tests.helm.conftest import CHART, free_port
 from tests.helm.helmbin import ROOT
 
 NS = "sedna"
+LC_NS = "sedna-lc"
 GM_SA = f"system:serviceaccount:{NS}:sedna"
 EXAMPLES = [ROOT / "examples" / "upstream" / n
             for n in ("joint-inference-helmet-detection.yaml", "federated-learning-surface-defect.yaml")]
@@ -80,7 +82,7 @@ async def _lc_link(port: int) -> str | None:
 
 async def _installed(dc, lc_port):
     """LC on the selected node only, GM on the cloud node, the GM leading, the LC linked."""
-    lcs = await eventually(lambda: _running(_items(dc, "pods", selector="sedna=lc")), "the LC pod Running",
+    lcs = await eventually(lambda: _running(_items(dc, "pods", LC_NS, selector="sedna=lc")), "the LC pod Running",
                            within=READY_WITHIN)
     assert [p["spec"]["nodeName"] for p in lcs] == ["edge-node-1"]
     gms = await eventually(lambda: _running(_items(dc, "pods", selector="sedna=gm")), "the GM pod Running",
@@ -122,9 +124,11 @@ def _forbidden_for_gm(caplog) -> list[str]:
 
 
 def _release_objects(dc) -> list[str]:
-    left = []
-    for resource, group, ns in (("deployments", "apps", NS), ("daemonsets", "apps", NS), ("replicasets", "apps", NS),
-                                ("pods", "", NS), ("services", "", NS), ("serviceaccounts", "", NS),
+    left = [f"namespaces/{n['metadata']['name']}" for n in _items(dc, "namespaces", None)
+            if n["metadata"]["name"] == LC_NS]
+    for resource, group, ns in (("deployments", "apps", NS), ("daemonsets", "apps", LC_NS), ("replicasets", "apps", NS),
+                                ("pods", "", NS), ("pods", "", LC_NS), ("services", "", NS),
+                                ("serviceaccounts", "", NS), ("serviceaccounts", "", LC_NS),
                                 ("configmaps", "", NS), ("secrets", "", NS),
                                 ("clusterroles", "rbac.authorization.k8s.io", None),
                                 ("clusterrolebindings", "rbac.authorization.k8s.io", None)):
@@ -138,7 +142,12 @@ def _release_objects(dc) -> list[str]:
 
 
 def _owned_by_release(obj) -> bool:
-    return bool(obj["metadata"].get("ownerReferences")) and obj["metadata"].get("namespace") == NS
+    return bool(obj["metadata"].get("ownerReferences")) and obj["metadata"].get("namespace") in (NS, LC_NS)
+
+
+def _pod_security(dc, ns) -> dict[str, str]:
+    labels = dc.store.get(_rt(dc, "namespaces"), None, ns)["metadata"].get("labels") or {}
+    return {k: v for k, v in labels.items() if k.startswith("pod-security.kubernetes.io/enforce")}
 
 
 async def test_chart_installs_the_gm_works_under_its_rbac_upgrade_rolls_uninstall_cleans(
@@ -148,11 +157,20 @@ async def test_chart_installs_the_gm_works_under_its_rbac_upgrade_rolls_uninstal
     gm_port, lc_port = free_port(), free_port()
     rc, out, err = await helm("install", "sedna", *_install_args(gm_port, lc_port))
     assert rc == 0, out + err
+    assert "Node identity:\n  on (auth.tokenReview)" in out  # NOTES.txt
+    # --create-namespace made it, the chart labelled it; the LC has a namespace of its own
+    assert _pod_security(dc, NS) == {"pod-security.kubernetes.io/enforce": "restricted",
+                                     "pod-security.kubernetes.io/enforce-version": "latest"}
+    assert _pod_security(dc, LC_NS)["pod-security.kubernetes.io/enforce"] == "privileged"
     first_gm = await _installed(dc, lc_port)
     await _gm_does_its_job(dc)
     assert _forbidden_for_gm(caplog) == []
     gm_log = dc.runtime.logs(NS, first_gm["metadata"]["name"]).decode()
     assert "403" not in gm_log and "orbidden" not in gm_log, gm_log[-3000:]
+    # the LC linked as edge-node-1 by proving it (TokenReview), and the GM checked nothing else
+    assert "methods=TokenReviewAuth" in gm_log, gm_log[-3000:]
+    [lc] = _items(dc, "pods", LC_NS, selector="sedna=lc")
+    assert lc["spec"]["serviceAccountName"] == "sedna-lc"
 
     # a changed value rolls the GM: a new pod takes over and the old one goes
     first_holder = _lease(dc)
@@ -173,6 +191,8 @@ async def test_chart_installs_the_gm_works_under_its_rbac_upgrade_rolls_uninstal
     assert rc == 0, out + err
     await eventually(lambda: not _release_objects(dc), "no object of the release left", within=READY_WITHIN)
     assert not [s for s in _items(dc, "secrets") if s["metadata"]["name"].startswith("sh.helm.release")]
+    # kept (helm.sh/resource-policy), as Helm keeps a namespace it made with --create-namespace
+    assert _pod_security(dc, NS)["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
 @pytest.mark.parametrize("values", [pytest.param({}, id="defaults")])
@@ -186,16 +206,16 @@ async def test_chart_passes_helm_lint_and_validation_against_the_dev_cluster(cha
     assert rc == 0, out + err
 
 
-async def test_token_review_mode_the_lc_proves_its_node_with_a_projected_token(chart_cluster, helm, caplog):
-    """auth.tokenReview: the LC's projected token (audience sedna-gm) reaches the GM, which
-    reviews it under the chart's RBAC (tokenreviews create) and admits the LC as its node."""
+async def test_node_identity_off_the_lc_links_without_a_credential(chart_cluster, helm):
+    """auth.tokenReview.enabled=false: upstream's behaviour, the LC presents nothing and the GM
+    believes its Node-Name; NOTES.txt says what that costs."""
     dc = chart_cluster
-    caplog.set_level(logging.INFO, logger="devcluster.access")
     gm_port, lc_port = free_port(), free_port()
     rc, out, err = await helm("install", "sedna", *_install_args(gm_port, lc_port),
-                              "--set", "auth.tokenReview.enabled=true")
+                              "--set", "auth.tokenReview.enabled=false")
     assert rc == 0, out + err
-    await _installed(dc, lc_port)
-    [lc] = _items(dc, "pods", selector="sedna=lc")
-    assert lc["spec"]["serviceAccountName"] == "sedna-lc"
-    assert _forbidden_for_gm(caplog) == []
+    assert "Node identity:\n  OFF." in out
+    gm = await _installed(dc, lc_port)
+    [lc] = _items(dc, "pods", LC_NS, selector="sedna=lc")
+    assert "serviceAccountName" not in lc["spec"] or lc["spec"]["serviceAccountName"] == "default"
+    assert "methods=none" in dc.runtime.logs(NS, gm["metadata"]["name"]).decode()

@@ -1,5 +1,6 @@
 """The chart's node identity and TLS settings: each mode renders what the GM and the LC read,
-and the two sides agree (audience, token and certificate paths, RBAC for TokenReview)."""
+and the two sides agree (audience, token and certificate paths, RBAC for TokenReview). Node
+identity (TokenReview) is on by default; turned off, the chart is upstream-compatible."""
 
 from __future__ import annotations
 
@@ -12,15 +13,19 @@ from lc.config import load as load_lc_config
 from tests.unit.test_crds import CHART, _allowed, _one, render_chart
 
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
+NO_REVIEW = {"tokenReview": {"enabled": False}}
 
 
 def rendered(**flags: dict[str, dict]) -> dict[str, list[dict]]:
-    """Render with e.g. auth={"tokenReview": {"enabled": True}} merged over values.yaml."""
+    """Render with e.g. auth={"tokenReview": {"enabled": False}} merged over values.yaml."""
     overrides = {}
     for top, blocks in flags.items():
         merged = copy.deepcopy(VALUES[top])
         for block, settings in blocks.items():
-            merged[block].update(settings)
+            if isinstance(settings, dict):
+                merged[block].update(settings)
+            else:
+                merged[block] = settings
         overrides[top] = merged
     return render_chart(**overrides)
 
@@ -39,37 +44,49 @@ def gm_yaml(docs: dict) -> str:
     return _one(docs, "ConfigMap")["data"]["sedna-gm.yaml"]
 
 
-def test_default_is_upstream_compatible_and_mounts_no_api_token() -> None:
+def test_default_proves_each_lcs_node_with_a_projected_gm_audience_token() -> None:
     docs = render_chart()
     cfg = parse_config(gm_yaml(docs)).websocket
-    assert (cfg.token, cfg.tokenFile, cfg.nodeTokens.secret, cfg.tokenReview.enabled, cfg.tls.enabled) == (
-        "", "", "", False, False)
-    pod, _, env, volumes, _ = lc_parts(docs)
-    assert pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod
-    assert "GM_TOKEN_FILE" not in env and set(volumes) == {"rootfs"}
-    assert [d["metadata"]["name"] for d in docs["serviceaccount.yaml"]] == ["sedna"]
-    assert _allowed(_one(docs, "ClusterRole"), "authentication.k8s.io", "tokenreviews") == {"create"}
-
-
-def test_token_review_mode_projects_a_gm_audience_token() -> None:
-    docs = rendered(auth={"tokenReview": {"enabled": True}})
-    review = parse_config(gm_yaml(docs)).websocket.tokenReview
+    review = cfg.tokenReview
     assert (review.enabled, review.audiences, review.serviceAccounts) == (
-        True, "sedna-gm", "system:serviceaccount:sedna:sedna-lc")
+        True, "sedna-gm", "system:serviceaccount:sedna-lc:sedna-lc")
+    assert (cfg.token, cfg.tokenFile, cfg.nodeTokens.secret, cfg.tls.enabled) == ("", "", "", False)
     pod, _, env, volumes, mounts = lc_parts(docs)
-    assert pod["serviceAccountName"] == "sedna-lc"
+    # the LC's own ServiceAccount, in the LC namespace the GM names, with no API token mounted
+    assert pod["serviceAccountName"] == "sedna-lc" and pod["automountServiceAccountToken"] is False
     [source] = volumes["gm-token"]["projected"]["sources"]
     assert source == {"serviceAccountToken": {"audience": "sedna-gm", "expirationSeconds": 3600, "path": "token"}}
     assert env["GM_TOKEN_FILE"] == f"{mounts['gm-token']}/token"
-    accounts = {d["metadata"]["name"]: d for d in docs["serviceaccount.yaml"]}
-    assert set(accounts) == {"sedna", "sedna-lc"}
-    assert accounts["sedna-lc"]["automountServiceAccountToken"] is False
+    accounts = {(d["metadata"]["namespace"], d["metadata"]["name"]): d for d in docs["serviceaccount.yaml"]}
+    assert set(accounts) == {("sedna", "sedna"), ("sedna-lc", "sedna-lc")}
+    assert accounts[("sedna-lc", "sedna-lc")]["automountServiceAccountToken"] is False
+    assert _one(docs, "DaemonSet")["metadata"]["namespace"] == "sedna-lc"
+    assert _allowed(_one(docs, "ClusterRole"), "authentication.k8s.io", "tokenreviews") == {"create"}
     lc = load_lc_config({k: v for k, v in env.items() if v is not None} | {"NODENAME": "edge-node-1"})
     assert lc.gm_token_file == "/var/run/secrets/sedna/token"
 
 
+def test_node_identity_off_is_upstream_compatible_and_mounts_no_token() -> None:
+    docs = rendered(auth=NO_REVIEW)
+    cfg = parse_config(gm_yaml(docs)).websocket
+    assert (cfg.token, cfg.tokenFile, cfg.nodeTokens.secret, cfg.tokenReview.enabled) == ("", "", "", False)
+    pod, _, env, volumes, _ = lc_parts(docs)
+    assert pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod
+    assert "GM_TOKEN_FILE" not in env and set(volumes) == {"rootfs"}
+    assert [d["metadata"]["name"] for d in docs["serviceaccount.yaml"]] == ["sedna"]
+
+
+def test_lc_namespace_moves_the_lc_and_the_name_the_gm_admits() -> None:
+    docs = rendered(lc={"namespace": "edge-agents"})
+    assert parse_config(gm_yaml(docs)).websocket.tokenReview.serviceAccounts == (
+        "system:serviceaccount:edge-agents:sedna-lc")
+    assert _one(docs, "DaemonSet")["metadata"]["namespace"] == "edge-agents"
+    assert [d["metadata"]["namespace"] for d in docs["serviceaccount.yaml"]] == ["sedna", "edge-agents"]
+    assert [d["metadata"]["name"] for d in docs["namespace.yaml"]] == ["sedna", "edge-agents"]
+
+
 def test_node_tokens_mode_reads_the_secret_and_each_nodes_own_file() -> None:
-    docs = rendered(auth={"nodeTokens": {"enabled": True}})
+    docs = rendered(auth={**NO_REVIEW, "nodeTokens": {"enabled": True}})
     assert parse_config(gm_yaml(docs)).websocket.nodeTokens.secret == "sedna/sedna-node-tokens"
     _, _, env, _, mounts = lc_parts(docs)
     assert env["GM_TOKEN_FILE"] == "/rootfs/etc/sedna/node-token"
@@ -77,7 +94,7 @@ def test_node_tokens_mode_reads_the_secret_and_each_nodes_own_file() -> None:
 
 
 def test_shared_token_mode_mounts_the_secret_on_both_sides() -> None:
-    docs = rendered(auth={"sharedToken": {"enabled": True}})
+    docs = rendered(auth={**NO_REVIEW, "sharedToken": {"enabled": True}})
     assert yaml.safe_load(gm_yaml(docs))["websocket"]["tokenFile"] == "/etc/sedna/gm-token/token"
     deploy = _one(docs, "Deployment")["spec"]["template"]["spec"]
     assert {"name": "gm-token", "secret": {"secretName": "sedna-gm-token"}} in deploy["volumes"]
@@ -92,7 +109,7 @@ def test_two_modes_at_once_give_each_lc_one_credential() -> None:
     _, container, env, _, mounts = lc_parts(docs)
     assert [e["name"] for e in container["env"]].count("GM_TOKEN_FILE") == 1
     assert env["GM_TOKEN_FILE"] == f"{mounts['gm-token']}/token"
-    docs = rendered(auth={"nodeTokens": {"enabled": True}, "sharedToken": {"enabled": True}})
+    docs = rendered(auth={**NO_REVIEW, "nodeTokens": {"enabled": True}, "sharedToken": {"enabled": True}})
     _, container, env, _, _ = lc_parts(docs)
     assert [e["name"] for e in container["env"]].count("GM_TOKEN_FILE") == 1
     assert env["GM_TOKEN_FILE"] == "/rootfs/etc/sedna/node-token"

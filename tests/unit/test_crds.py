@@ -543,20 +543,23 @@ def test_templates_render_to_the_expected_kinds():
         "gm-deployment.yaml": ["Deployment"],
         "gm-service.yaml": ["Service"],
         "lc-daemonset.yaml": ["DaemonSet"],
-        "namespace.yaml": [],
+        "namespace.yaml": ["Namespace", "Namespace"],
         "rbac.yaml": ["ClusterRole", "ClusterRoleBinding"],
-        "serviceaccount.yaml": ["ServiceAccount"],
+        "serviceaccount.yaml": ["ServiceAccount", "ServiceAccount"],
     }
     for docs in rendered.values():
         for doc in docs:
-            if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
-                assert doc["metadata"].get("namespace", "sedna") == "sedna"
+            if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "Namespace"):
+                lc = (doc["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "lc"
+                assert doc["metadata"]["namespace"] == ("sedna-lc" if lc else "sedna"), doc["metadata"]
 
 
 def test_namespace_is_optional():
-    [ns] = render_chart(createNamespace=True)["namespace.yaml"]
-    assert ns["metadata"]["name"] == "sedna"
-    assert ns["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    gm_ns, lc_ns = render_chart()["namespace.yaml"]
+    assert (gm_ns["metadata"]["name"], lc_ns["metadata"]["name"]) == ("sedna", "sedna-lc")
+    assert gm_ns["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    [lc_only] = render_chart(createNamespace=False)["namespace.yaml"]
+    assert lc_only["metadata"]["name"] == "sedna-lc"
 
 
 def test_unsupported_template_forms_fail():
@@ -586,7 +589,7 @@ def test_gm_deployment_and_service():
     pod = deploy["spec"]["template"]
     assert deploy["spec"]["selector"]["matchLabels"] == {"sedna": "gm"}
     assert pod["metadata"]["labels"]["sedna"] == "gm"
-    assert pod["spec"]["serviceAccountName"] == _one(rendered, "ServiceAccount")["metadata"]["name"]
+    assert pod["spec"]["serviceAccountName"] == rendered["serviceaccount.yaml"][0]["metadata"]["name"] == "sedna"
     [container] = pod["spec"]["containers"]
     assert container["image"] == "sedna-py:0.1.0"
     assert container["command"] == ["sedna-gm", "--config", "/config/sedna-gm.yaml"]
@@ -614,15 +617,15 @@ def test_lc_daemonset():
     assert env["NODENAME"] == {"name": "NODENAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
     plain = {name: e["value"] for name, e in env.items() if "value" in e}
     assert plain == {"GM_ADDRESS": "gm.sedna:9000", "BIND_PORT": "9100", "ROOTFS_MOUNT_DIR": "/rootfs",
-                     "LOG_LEVEL": "info", "LOG_FORMAT": "json"}
+                     "LOG_LEVEL": "info", "LOG_FORMAT": "json", "GM_TOKEN_FILE": "/var/run/secrets/sedna/token"}
     cfg = load_lc_config({**plain, "NODENAME": "edge-node-1"})
     assert (cfg.gm_url, cfg.node_name, cfg.bind_port, cfg.rootfs) == (
         "ws://gm.sedna:9000/", "edge-node-1", 9100, "/rootfs")
     assert container["ports"] == [{"name": "worker-api", "containerPort": 9100, "protocol": "TCP"}]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "worker-api"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "worker-api"}
-    assert container["volumeMounts"] == [{"name": "rootfs", "mountPath": "/rootfs"}]
-    assert pod["volumes"] == [{"name": "rootfs", "hostPath": {"path": "/"}}]
+    assert container["volumeMounts"][0] == {"name": "rootfs", "mountPath": "/rootfs"}
+    assert pod["volumes"][0] == {"name": "rootfs", "hostPath": {"path": "/"}}
 
 
 def _allowed(role: dict, group: str, resource: str) -> set[str]:
