@@ -124,7 +124,7 @@ class LocalController:
         cfg = self.config
         self.store = await Store.open(cfg.db_path, synchronous=cfg.db_synchronous,
                                       observe=self.metrics.observe_batch,
-                                      worker_ttl=cfg.worker_ttl)
+                                      bounds=cfg.store_bounds)
         try:
             await self._start_managers()
             await self._start_http()

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lc.errors import ConfigError
+from lc.store import StoreBounds
 from shared.server_limits import ServerLimits
 
 DEFAULT_BIND_PORT = 9100
@@ -42,6 +43,10 @@ class LCConfig:
     gm_ca_file: str | None = None  # CA bundle the GM's certificate must chain to (wss only)
     tls_cert_file: str | None = None  # with tls_key_file, the worker API serves https
     tls_key_file: str | None = None
+    unknown_owner_ttl: float = 600.0  # a report of an owner this node does not hold
+    unknown_owner_bytes: int = 16 << 20  # all such reports together
+    workers_bytes: int = 64 << 20  # every worker record together
+    dead_letters_bytes: int = 16 << 20
     http_idle_timeout: float = 15.0  # keep-alive idle limit, also the deadline for headers
     http_body_timeout: float = 30.0
     http_max_conns_per_client: int = 512
@@ -60,6 +65,14 @@ class LCConfig:
         if self.gm_address is None:
             return None
         return f"{self.gm_scheme}://{self.gm_address}/"
+
+    @property
+    def store_bounds(self) -> StoreBounds:
+        """How long and how much the store keeps of what workers and the GM sent."""
+        return StoreBounds(worker_ttl=self.worker_ttl, unknown_owner_ttl=self.unknown_owner_ttl,
+                           unknown_owner_bytes=self.unknown_owner_bytes,
+                           workers_bytes=self.workers_bytes,
+                           dead_letters_bytes=self.dead_letters_bytes)
 
 
 def load(env: Mapping[str, str] | None = None) -> LCConfig:
@@ -87,6 +100,10 @@ def load(env: Mapping[str, str] | None = None) -> LCConfig:
         gm_ca_file=tls["GM_CA_FILE"],
         tls_cert_file=tls["LC_TLS_CERT_FILE"],
         tls_key_file=tls["LC_TLS_KEY_FILE"],
+        unknown_owner_ttl=_positive_float(env, "LC_UNKNOWN_OWNER_TTL", 600.0),
+        unknown_owner_bytes=_byte_cap(env, "LC_UNKNOWN_OWNER_BYTES", 16 << 20),
+        workers_bytes=_byte_cap(env, "LC_WORKERS_BYTES", 64 << 20),
+        dead_letters_bytes=_byte_cap(env, "LC_DEAD_LETTERS_BYTES", 16 << 20),
         http_idle_timeout=_positive_float(env, "LC_HTTP_IDLE_TIMEOUT", 15.0),
         http_body_timeout=_positive_float(env, "LC_HTTP_BODY_TIMEOUT", 30.0),
         http_max_conns_per_client=_positive_int(env, "LC_HTTP_MAX_CONNS_PER_CLIENT", 512),
@@ -197,4 +214,12 @@ def _positive_int(env: Mapping[str, str], key: str, default: int) -> int:
         raise ConfigError(f"{key} must be a whole number, got {raw!r}") from None
     if value < 1:
         raise ConfigError(f"{key} must be at least 1, got {raw!r}")
+    return value
+
+
+def _byte_cap(env: Mapping[str, str], key: str, default: int) -> int:
+    """A store's byte cap: at least 1 MiB, what one report may take."""
+    value = _positive_int(env, key, default)
+    if value < 1 << 20:
+        raise ConfigError(f"{key} must be at least 1048576 (1 MiB), got {value}")
     return value

@@ -17,10 +17,19 @@ Why SQLite and how it is used:
   guarantee for latency.
 - A report the GM can never apply (refused with a reason, or one that cannot be sent) is
   moved from the outbox to `lc_deadletters` with the reason, in one transaction, so it
-  neither blocks the reports behind it nor disappears without a trace. The table keeps
-  the newest MAX_DEAD_LETTERS rows.
+  neither blocks the reports behind it nor disappears without a trace. Its body is cut to
+  `StoreBounds.dead_letter_body` bytes (a marker keeps the start and the length), and the
+  table keeps the newest rows within a count and a byte cap.
 - Worker records (GET /sedna/workers) are keyed by namespace/name; they go with their
-  job (`forget_workers`) and expire after the worker TTL (`expire_workers`).
+  job (`forget_workers`) and expire after the worker TTL. A record whose owner this node
+  does not hold (no such job here, or no job kind matched yet) expires sooner and counts
+  against its own byte cap: any client on the network can send reports for owners that do
+  not exist. Both caps drop the oldest records first, never the one just written.
+- Every byte cap is enforced from `lc_usage` (records and bytes per table or class of
+  records), which triggers keep in step with every insert, update and delete in the same
+  transaction, and which is recounted at every open; so a cap costs one lookup per write,
+  not a scan. Listings are read a page at a time (`worker_page`, `dead_letter_page`) with
+  each item's JSON bounded, never a whole table.
 - Every SQLite call runs on one dedicated thread with its own connection, never on the
   event loop. Tables are prefixed `lc_` so the file can coexist with the `resources`
   table an upstream LC may have left at the same default path.
@@ -33,23 +42,55 @@ import os
 import secrets
 import sqlite3
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, Generic, TypeVar
 
 import orjson
 
 from lc.errors import StoreClosedError, StoreCorruptError, StoreError, StoreOpenError
 from lc.fold import fold_key
 from lc.groupcommit import BatchObserver, GroupCommitter, Op
+from shared.text import clip
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 MAX_DEAD_LETTERS = 10_000
+DEAD_LETTER_BODY = 64 << 10
 DEFAULT_WORKER_TTL = 7 * 24 * 3600.0
 DEAD_LETTER_REASONS = ("refused", "unsendable", "protocol")
 """refused: the GM acked it with an error; unsendable: this LC cannot encode it within the
 protocol's limits; protocol: the GM closed the session over this report's frame."""
+DROPPED = ("unknown_owner", "worker", "dead_letter")
+"""Which cap dropped a record: the unknown owners' bytes, the workers table's bytes, or the
+dead letters' bytes or count."""
+MAX_ERROR_TEXT = 2048  # characters of a dead letter's error kept
+
+
+@dataclass(frozen=True, slots=True)
+class StoreBounds:
+    """How long and how much the store keeps of what others sent (lc/config.py sets them)."""
+
+    worker_ttl: float = DEFAULT_WORKER_TTL
+    unknown_owner_ttl: float = 600.0  # a report whose owner this node does not hold
+    unknown_owner_bytes: int = 16 << 20  # all such reports together
+    workers_bytes: int = 64 << 20  # every worker record together
+    dead_letters_bytes: int = 16 << 20
+    dead_letters: int = MAX_DEAD_LETTERS
+    dead_letter_body: int = DEAD_LETTER_BODY  # a longer body is kept as a marker
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            if not getattr(self, field.name) > 0:
+                raise ValueError(f"{field.name} must be > 0")
+
+    @property
+    def unknown_ttl(self) -> float:
+        """How long a record of an unknown owner lives: never longer than a known one's."""
+        return min(self.unknown_owner_ttl, self.worker_ttl)
+
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS lc_resources (
     kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,
@@ -69,17 +110,53 @@ CREATE TABLE IF NOT EXISTS lc_workers (
     namespace TEXT NOT NULL, name TEXT NOT NULL,
     owner_kind TEXT NOT NULL, owner_name TEXT NOT NULL,
     report TEXT NOT NULL, received_at REAL NOT NULL, routed_kind TEXT,
+    bytes INTEGER NOT NULL DEFAULT 0, owner_known INTEGER NOT NULL DEFAULT 1,
     PRIMARY KEY (namespace, name)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS lc_workers_owner ON lc_workers (namespace, owner_name);
 CREATE INDEX IF NOT EXISTS lc_workers_received ON lc_workers (received_at);
+CREATE INDEX IF NOT EXISTS lc_workers_unknown ON lc_workers (received_at) WHERE owner_known = 0;
 CREATE TABLE IF NOT EXISTS lc_deadletters (
     seq INTEGER PRIMARY KEY,
     kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,
     body TEXT NOT NULL, created_at REAL NOT NULL,
-    reason TEXT NOT NULL, error TEXT NOT NULL, dead_at REAL NOT NULL);
+    reason TEXT NOT NULL, error TEXT NOT NULL, dead_at REAL NOT NULL,
+    bytes INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS lc_meta (
     key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS lc_usage (
+    what TEXT PRIMARY KEY, records INTEGER NOT NULL, bytes INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS lc_workers_added AFTER INSERT ON lc_workers BEGIN
+    UPDATE lc_usage SET records = records + 1, bytes = bytes + NEW.bytes
+     WHERE what = 'workers' OR (what = 'unknown_owner' AND NEW.owner_known = 0);
+END;
+CREATE TRIGGER IF NOT EXISTS lc_workers_removed AFTER DELETE ON lc_workers BEGIN
+    UPDATE lc_usage SET records = records - 1, bytes = bytes - OLD.bytes
+     WHERE what = 'workers' OR (what = 'unknown_owner' AND OLD.owner_known = 0);
+END;
+CREATE TRIGGER IF NOT EXISTS lc_workers_changed AFTER UPDATE OF bytes, owner_known
+ON lc_workers BEGIN
+    UPDATE lc_usage SET records = records - 1, bytes = bytes - OLD.bytes
+     WHERE what = 'workers' OR (what = 'unknown_owner' AND OLD.owner_known = 0);
+    UPDATE lc_usage SET records = records + 1, bytes = bytes + NEW.bytes
+     WHERE what = 'workers' OR (what = 'unknown_owner' AND NEW.owner_known = 0);
+END;
+CREATE TRIGGER IF NOT EXISTS lc_deadletters_added AFTER INSERT ON lc_deadletters BEGIN
+    UPDATE lc_usage SET records = records + 1, bytes = bytes + NEW.bytes
+     WHERE what = 'deadletters';
+END;
+CREATE TRIGGER IF NOT EXISTS lc_deadletters_removed AFTER DELETE ON lc_deadletters BEGIN
+    UPDATE lc_usage SET records = records - 1, bytes = bytes - OLD.bytes
+     WHERE what = 'deadletters';
+END;
+CREATE TRIGGER IF NOT EXISTS lc_deadletters_changed AFTER UPDATE OF bytes
+ON lc_deadletters BEGIN
+    UPDATE lc_usage SET bytes = bytes - OLD.bytes + NEW.bytes WHERE what = 'deadletters';
+END;
 """
+"""Invariant: lc_usage holds, for 'workers', 'unknown_owner' (workers with owner_known = 0)
+and 'deadletters', the number of rows and the sum of their `bytes` (the stored JSON's
+length in UTF-8, plus the error's for a dead letter). Rows are only ever replaced by
+UPSERT, whose UPDATE fires the triggers (INSERT OR REPLACE would delete without them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,23 +212,92 @@ class WorkerRecord:
     report: dict[str, Any]
     received_at: float
     routed_kind: str | None
+    owner_known: bool = True  # its owner is a job this node holds
+
+
+@dataclass(frozen=True, slots=True)
+class ListedWorker:
+    """A worker record as listed: its report as JSON text of bounded length."""
+
+    namespace: str
+    name: str
+    owner_kind: str
+    owner_name: str
+    routed_kind: str | None
+    received_at: float
+    owner_known: bool
+    report_json: str  # the report, or a truncation marker (`truncated_json`)
+
+
+@dataclass(frozen=True, slots=True)
+class ListedDeadLetter:
+    """A dead letter as listed: its (already bounded) body as JSON text."""
+
+    seq: int
+    kind: str
+    namespace: str
+    name: str
+    body_json: str
+    created_at: float
+    reason: str
+    error: str
+    dead_at: float
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of a listing; `next_key` is where the next page starts after (None: last)."""
+
+    items: list[T]
+    next_key: tuple[Any, ...] | None
 
 
 def encode(value: Any) -> str:
     """JSON text for a stored value (orjson; non-string keys and big ints via json)."""
+    return encode_sized(value)[0]
+
+
+def encode_sized(value: Any) -> tuple[str, int]:
+    """JSON text for a stored value and its length in bytes."""
     try:
-        return orjson.dumps(value).decode()
+        raw = orjson.dumps(value)
     except TypeError as exc:
         raise StoreError(f"value cannot be stored as JSON: {exc}") from None
+    return raw.decode(), len(raw)
+
+
+def head_chars(limit: int) -> int:
+    """How much of a long JSON text its marker keeps (bytes; characters are at least as
+    many): quoting at most doubles it, and the rest of the marker fits in 128 bytes."""
+    return max(0, (limit - 128) // 2)
+
+
+def truncated_json(head: str, size: int, limit: int) -> str:
+    """The marker that stands for JSON text of `size` bytes longer than `limit`: its start
+    (from `head`, the text or its first `head_chars(limit)` characters) and its length, in
+    at most `limit` bytes."""
+    start = head.encode()[:head_chars(limit)].decode("utf-8", "ignore")
+    return orjson.dumps({"truncated": True, "bytes": size, "head": start}).decode()
+
+
+def bounded_json(text: str, limit: int) -> str:
+    """`text` when it fits in `limit` bytes, else its truncation marker."""
+    size = len(text.encode())
+    return text if size <= limit else truncated_json(text, size, limit)
 
 
 class Store:
     """Async facade over the SQLite file; open with `await Store.open(path)`."""
 
     def __init__(self, path: str, executor: ThreadPoolExecutor, conn: sqlite3.Connection,
-                 *, observe: BatchObserver | None, worker_ttl: float = DEFAULT_WORKER_TTL) -> None:
+                 *, observe: BatchObserver | None, bounds: StoreBounds = StoreBounds(),
+                 clock: Callable[[], float] = time.time) -> None:
         self.path = path
-        self.worker_ttl = worker_ttl  # worker records older than this are dropped
+        self.bounds = bounds
+        self.clock = clock  # wall-clock seconds: what received_at and the TTLs count in
         self._executor = executor
         self._conn = conn
         self._committer = GroupCommitter(self._run_batch, executor, observe=observe)
@@ -160,15 +306,17 @@ class Store:
         self._last_seq = 0
         self.outbox_epoch = ""  # set at open, see _outbox_epoch
         self._dead_counts: dict[str, int] = {}
+        self._dropped: Counter[str] = Counter()  # records dropped by a cap, since open
         self._open = True
 
     # ---- lifecycle -------------------------------------------------------------------
 
     @classmethod
     async def open(cls, path: str, *, synchronous: str = "FULL",
-                   observe: BatchObserver | None = None,
-                   worker_ttl: float = DEFAULT_WORKER_TTL) -> Store:
-        """Open (creating if needed) and check the database; raise a StoreError if unusable."""
+                   observe: BatchObserver | None = None, bounds: StoreBounds = StoreBounds(),
+                   clock: Callable[[], float] = time.time) -> Store:
+        """Open (creating if needed) and check the database, and bring it within `bounds`;
+        raise a StoreError if unusable."""
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lc-store")
         loop = asyncio.get_running_loop()
         try:
@@ -176,11 +324,15 @@ class Store:
         except BaseException:
             executor.shutdown(wait=False)
             raise
-        store = cls(path, executor, conn, observe=observe, worker_ttl=worker_ttl)
+        store = cls(path, executor, conn, observe=observe, bounds=bounds, clock=clock)
         store._outbox_size, store._last_seq = await store._read(_outbox_counts)
         store.outbox_epoch = await store._read(_outbox_epoch)
-        store._dead_counts = await store._read(_dead_counts)
         store._committer.start()
+        try:
+            await store._trim()  # a database written under other bounds, or long idle
+        except BaseException:
+            await store.close()
+            raise
         return store
 
     @property
@@ -285,6 +437,11 @@ class Store:
         """Dead letters held, by reason."""
         return dict(self._dead_counts)
 
+    @property
+    def dropped(self) -> dict[str, int]:
+        """Records dropped by a cap since open, by which cap (DROPPED)."""
+        return {what: n for what, n in self._dropped.items() if n}
+
     async def dead_letter(self, seq: int, *, reason: str, error: str,
                           fold: str | None = None) -> bool:
         """Move outbox entry `seq` to the dead letters; False if it was no longer there.
@@ -294,26 +451,23 @@ class Store:
         would only show a stale value as current. The dead letter's error counts them."""
         if reason not in DEAD_LETTER_REASONS:
             raise ValueError(f"unknown dead-letter reason {reason!r}")
+        bounds, now = self.bounds, self.clock()
 
-        def op(conn: sqlite3.Connection) -> tuple[int, int, dict[str, int]]:
+        def op(conn: sqlite3.Connection) -> tuple[int, int, Counter[str], dict[str, int]]:
             covered = _delete_covered(conn, seq, fold)
             why = error if not covered else (f"{error} ({covered} older reports of the same "
                                              f"object it superseded were dropped with it)")
-            conn.execute(
-                "INSERT OR REPLACE INTO lc_deadletters SELECT seq, kind, namespace, name, body, "
-                "created_at, ?, ?, ? FROM lc_outbox WHERE seq = ?",
-                (reason, why, time.time(), seq))
-            moved = conn.execute("DELETE FROM lc_outbox WHERE seq = ?", (seq,)).rowcount
-            conn.execute("DELETE FROM lc_deadletters WHERE seq IN (SELECT seq FROM "
-                         "lc_deadletters ORDER BY seq DESC LIMIT -1 OFFSET ?)",
-                         (MAX_DEAD_LETTERS,))
-            return moved, covered, _dead_counts(conn)
+            moved = _move_to_dead_letters(conn, seq, reason=reason, error=why, now=now,
+                                          body_limit=bounds.dead_letter_body)
+            dropped = Counter(dead_letter=_trim_dead_letters(conn, bounds, keep=seq))
+            return moved, covered, dropped, _dead_counts(conn)
 
-        def committed(result: tuple[int, int, dict[str, int]]) -> None:
+        def committed(result: tuple[int, int, Counter[str], dict[str, int]]) -> None:
             self._acked(result[0] + result[1])
-            self._dead_counts = result[2]
+            self._dropped.update(result[2])
+            self._dead_counts = result[3]
 
-        moved, _, _ = await self.write(op, on_commit=committed)
+        moved, _, _, _ = await self.write(op, on_commit=committed)
         return moved == 1
 
     async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
@@ -322,6 +476,22 @@ class Store:
             "SELECT seq, kind, namespace, name, body, created_at, reason, error, dead_at "
             "FROM lc_deadletters ORDER BY seq DESC LIMIT ?", (limit,)).fetchall())
         return [DeadLetter(r[0], r[1], r[2], r[3], orjson.loads(r[4]), *r[5:]) for r in rows]
+
+    async def dead_letter_page(self, *, limit: int, after: tuple[Any, ...] | None,
+                               page_bytes: int) -> Page[ListedDeadLetter]:
+        """Up to `limit` dead letters older than `after` (a page's next_key), newest first,
+        ending early once the page holds `page_bytes` of bodies and errors."""
+        before = after[0] if after else None
+
+        def read(conn: sqlite3.Connection) -> Page[ListedDeadLetter]:
+            cursor = conn.execute(
+                "SELECT seq, kind, namespace, name, body, created_at, reason, error, dead_at, "
+                "bytes FROM lc_deadletters WHERE seq < ? ORDER BY seq DESC",
+                (before if before is not None else 2**63 - 1,))
+            rows = ((ListedDeadLetter(*r[:9]), r[9]) for r in cursor)
+            return _page(rows, limit, page_bytes, key=lambda d: (d.seq,))
+
+        return await self._read(read)
 
     async def get_meta(self, key: str) -> str | None:
         """A small persistent setting of the LC's own (e.g. the link's suspect horizon)."""
@@ -341,28 +511,39 @@ class Store:
 
     async def record_report(self, report: dict[str, Any], *, routed_kind: str | None,
                             entries: list[tuple[str, str, str, Any]]) -> list[int]:
-        """Store a worker's last report and its outbox entries in one transaction."""
+        """Store a worker's last report and its outbox entries in one transaction. The
+        record counts as of an unknown owner unless `routed_kind` names a job this node
+        holds; records beyond the TTLs and caps go in the same transaction."""
         rows = [_row(k, ns, n, body, report["name"]) for k, ns, n, body in entries]
-        now = time.time()
-        worker = (report["namespace"], report["name"], report["ownerKind"],
-                  report["ownerName"], encode(report), now, routed_kind)
+        text, size = encode_sized(report)
+        bounds, now = self.bounds, self.clock()
+        key = (report["namespace"], report["name"])
+        worker = (*key, report["ownerKind"], report["ownerName"], text, now, routed_kind, size)
 
-        def op(conn: sqlite3.Connection) -> list[int]:
-            conn.execute("DELETE FROM lc_workers WHERE received_at < ?", (now - self.worker_ttl,))
-            conn.execute("INSERT OR REPLACE INTO lc_workers VALUES (?,?,?,?,?,?,?)", worker)
-            return _append_op(rows)(conn)
+        def op(conn: sqlite3.Connection) -> tuple[list[int], Counter[str]]:
+            _expire_workers(conn, bounds, now)
+            known = routed_kind is not None and _holds(conn, routed_kind, key[0],
+                                                       report["ownerName"])
+            conn.execute(_UPSERT_WORKER, (*worker, int(known)))
+            return _append_op(rows)(conn), _trim_workers(conn, bounds, keep=key)
 
-        return await self.write(op, on_commit=self._published)
+        seqs, _ = await self.write(op, on_commit=self._recorded)
+        return seqs
+
+    def _recorded(self, result: tuple[list[int], Counter[str]]) -> None:
+        self._published(result[0])
+        self._dropped.update(result[1])
 
     async def route_worker(self, namespace: str, name: str, received_at: float, *,
                            routed_kind: str, entries: list[tuple[str, str, str, Any]]) -> bool:
-        """Mark a stored report routed and append its entries, unless a newer one replaced it."""
+        """Mark a stored report routed to its (now known) job and append its entries, unless
+        a newer one replaced it."""
         rows = [_row(k, ns, n, body, name) for k, ns, n, body in entries]
 
         def op(conn: sqlite3.Connection) -> list[int]:
             cur = conn.execute(
-                "UPDATE lc_workers SET routed_kind = ? WHERE namespace = ? AND name = ? "
-                "AND received_at = ? AND routed_kind IS NULL",
+                "UPDATE lc_workers SET routed_kind = ?, owner_known = 1 WHERE namespace = ? "
+                "AND name = ? AND received_at = ? AND routed_kind IS NULL",
                 (routed_kind, namespace, name, received_at))
             return _append_op(rows)(conn) if cur.rowcount == 1 else []
 
@@ -370,12 +551,36 @@ class Store:
         return bool(seqs) or not rows
 
     async def workers(self) -> list[WorkerRecord]:
-        """The last report of every worker within the TTL, by namespace and name."""
-        cutoff = time.time() - self.worker_ttl
+        """The last report of every worker within its TTL, by namespace and name (whole
+        reports, every row: for tests and tools; the API lists with `worker_page`)."""
         rows = await self._read(lambda c: c.execute(
-            "SELECT * FROM lc_workers WHERE received_at >= ? ORDER BY namespace, name",
-            (cutoff,)).fetchall())
+            f"SELECT {_WORKER_COLUMNS} FROM lc_workers WHERE {_LIVE} ORDER BY namespace, name",
+            self._cutoffs()).fetchall())
         return [_worker(r) for r in rows]
+
+    async def worker_page(self, *, limit: int, after: tuple[Any, ...] | None, item_bytes: int,
+                          page_bytes: int) -> Page[ListedWorker]:
+        """Up to `limit` worker records after `after` (a page's next_key) by namespace and
+        name, each report cut to `item_bytes` (`truncated_json`), ending early once the
+        page holds `page_bytes` of reports; a long report is never read whole."""
+        start = tuple(after) if after else ("", "")
+        args = (item_bytes, head_chars(item_bytes), *start, *self._cutoffs())
+
+        def read(conn: sqlite3.Connection) -> Page[ListedWorker]:
+            cursor = conn.execute(
+                "SELECT namespace, name, owner_kind, owner_name, routed_kind, received_at, "
+                "owner_known, bytes, CASE WHEN bytes <= ? THEN report ELSE substr(report, 1, ?) "
+                f"END FROM lc_workers WHERE (namespace, name) > (?, ?) AND {_LIVE} "
+                "ORDER BY namespace, name", args)
+            rows = ((_listed_worker(r, item_bytes), min(r[7], item_bytes)) for r in cursor)
+            return _page(rows, limit, page_bytes, key=lambda w: (w.namespace, w.name))
+
+        return await self._read(read)
+
+    def _cutoffs(self) -> tuple[float, float]:
+        """The oldest received_at still live for known and for unknown owners."""
+        now = self.clock()
+        return now - self.bounds.worker_ttl, now - self.bounds.unknown_ttl
 
     async def forget_workers(self, namespace: str, owner_name: str, *, routed_kind: str,
                              unrouted: bool) -> int:
@@ -387,19 +592,40 @@ class Store:
             sql, (namespace, owner_name, routed_kind)).rowcount)
 
     async def unrouted(self, namespace: str, owner_name: str) -> list[WorkerRecord]:
-        """Stored reports for this owner that no manager has taken yet."""
+        """Stored reports for this owner, within their TTL, that no manager has taken yet."""
         rows = await self._read(lambda c: c.execute(
-            "SELECT * FROM lc_workers WHERE namespace = ? AND owner_name = ? "
-            "AND routed_kind IS NULL ORDER BY received_at", (namespace, owner_name)).fetchall())
+            f"SELECT {_WORKER_COLUMNS} FROM lc_workers WHERE namespace = ? AND owner_name = ? "
+            f"AND routed_kind IS NULL AND {_LIVE} ORDER BY received_at",
+            (namespace, owner_name, *self._cutoffs())).fetchall())
         return [_worker(r) for r in rows]
+
+    async def _trim(self) -> None:
+        """Apply the TTLs and caps now (at open: the file may predate them)."""
+        bounds, now = self.bounds, self.clock()
+
+        def op(conn: sqlite3.Connection) -> tuple[Counter[str], dict[str, int]]:
+            _expire_workers(conn, bounds, now)
+            dropped = _trim_workers(conn, bounds, keep=None)
+            dropped.update(dead_letter=_trim_dead_letters(conn, bounds, keep=None))
+            return +dropped, _dead_counts(conn)
+
+        dropped, self._dead_counts = await self.write(op)
+        self._dropped.update(dropped)
 
     # ---- resources -------------------------------------------------------------------
 
     async def put_resource(self, kind: str, namespace: str, name: str, obj: Any) -> None:
-        """Insert or replace the object the GM sent for (kind, namespace, name)."""
+        """Insert or replace the object the GM sent for (kind, namespace, name); the worker
+        records routed to it are now of a known owner."""
         row = (kind, namespace, name, encode(obj), time.time())
-        await self.write(lambda c: c.execute(
-            "INSERT OR REPLACE INTO lc_resources VALUES (?,?,?,?,?)", row))
+
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT OR REPLACE INTO lc_resources VALUES (?,?,?,?,?)", row)
+            conn.execute("UPDATE lc_workers SET owner_known = 1 WHERE namespace = ? AND "
+                         "owner_name = ? AND routed_kind = ? AND owner_known = 0",
+                         (namespace, name, kind))
+
+        await self.write(op)
 
     async def delete_resource(self, kind: str, namespace: str, name: str) -> bool:
         """Forget a resource and its job state; True if it was known."""
@@ -525,6 +751,127 @@ def _delete_covered(conn: sqlite3.Connection, seq: int, fold: str | None) -> int
     return conn.execute("DELETE FROM lc_outbox WHERE fold = ? AND seq < ?", (fold, seq)).rowcount
 
 
+# ---- bounds: TTLs, byte caps, pages (on the DB thread) ------------------------------------
+
+_WORKER_COLUMNS = ("namespace, name, owner_kind, owner_name, report, received_at, routed_kind, "
+                   "owner_known")
+_LIVE = "received_at >= iif(owner_known, ?, ?)"
+"""A worker record within its TTL; the arguments are `Store._cutoffs()`."""
+_UPSERT_WORKER = (
+    "INSERT INTO lc_workers (namespace, name, owner_kind, owner_name, report, received_at, "
+    "routed_kind, bytes, owner_known) VALUES (?,?,?,?,?,?,?,?,?) "
+    "ON CONFLICT (namespace, name) DO UPDATE SET owner_kind = excluded.owner_kind, "
+    "owner_name = excluded.owner_name, report = excluded.report, "
+    "received_at = excluded.received_at, routed_kind = excluded.routed_kind, "
+    "bytes = excluded.bytes, owner_known = excluded.owner_known")
+_UPSERT_DEAD_LETTER = (
+    "INSERT INTO lc_deadletters (seq, kind, namespace, name, body, created_at, reason, error, "
+    "dead_at, bytes) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT (seq) DO UPDATE SET "
+    "kind = excluded.kind, namespace = excluded.namespace, name = excluded.name, "
+    "body = excluded.body, created_at = excluded.created_at, reason = excluded.reason, "
+    "error = excluded.error, dead_at = excluded.dead_at, bytes = excluded.bytes")
+
+
+def _holds(conn: sqlite3.Connection, kind: str, namespace: str, name: str) -> bool:
+    """Whether this node holds the object (kind, namespace, name)."""
+    return conn.execute("SELECT 1 FROM lc_resources WHERE kind = ? AND namespace = ? AND "
+                        "name = ?", (kind, namespace, name)).fetchone() is not None
+
+
+def _usage(conn: sqlite3.Connection, what: str) -> tuple[int, int]:
+    """(records, bytes) of one lc_usage entry."""
+    row = conn.execute("SELECT records, bytes FROM lc_usage WHERE what = ?", (what,)).fetchone()
+    return (row[0], row[1]) if row else (0, 0)
+
+
+def _expire_workers(conn: sqlite3.Connection, bounds: StoreBounds, now: float) -> None:
+    conn.execute("DELETE FROM lc_workers WHERE received_at < ?", (now - bounds.worker_ttl,))
+    conn.execute("DELETE FROM lc_workers WHERE owner_known = 0 AND received_at < ?",
+                 (now - bounds.unknown_ttl,))
+
+
+def _trim_workers(conn: sqlite3.Connection, bounds: StoreBounds, *,
+                  keep: tuple[str, str] | None) -> Counter[str]:
+    """Drop the oldest records over each byte cap, never `keep` (the one just written)."""
+    dropped = Counter(
+        unknown_owner=_drop_oldest_workers(conn, "unknown_owner", bounds.unknown_owner_bytes,
+                                           keep),
+        worker=_drop_oldest_workers(conn, "workers", bounds.workers_bytes, keep))
+    return +dropped
+
+
+def _drop_oldest_workers(conn: sqlite3.Connection, what: str, cap: int,
+                         keep: tuple[str, str] | None) -> int:
+    excess = _usage(conn, what)[1] - cap
+    if excess <= 0:
+        return 0
+    where = "WHERE owner_known = 0 " if what == "unknown_owner" else ""
+    victims: list[tuple[str, str]] = []
+    cursor = conn.execute(f"SELECT namespace, name, bytes FROM lc_workers {where}"
+                          "ORDER BY received_at")
+    for namespace, name, size in cursor:
+        if (namespace, name) != keep:
+            victims.append((namespace, name))
+            excess -= size
+            if excess <= 0:
+                break
+    cursor.close()
+    conn.executemany("DELETE FROM lc_workers WHERE namespace = ? AND name = ?", victims)
+    return len(victims)
+
+
+def _move_to_dead_letters(conn: sqlite3.Connection, seq: int, *, reason: str, error: str,
+                          now: float, body_limit: int) -> int:
+    """Move outbox row `seq` to the dead letters, its body bounded; 0 if it is gone."""
+    row = conn.execute("SELECT kind, namespace, name, body, created_at FROM lc_outbox "
+                       "WHERE seq = ?", (seq,)).fetchone()
+    if row is None:
+        return 0
+    body, error = bounded_json(row[3], body_limit), clip(error, MAX_ERROR_TEXT)
+    size = len(body.encode()) + len(error.encode("utf-8", "surrogatepass"))
+    conn.execute(_UPSERT_DEAD_LETTER, (seq, *row[:3], body, row[4], reason, error, now, size))
+    conn.execute("DELETE FROM lc_outbox WHERE seq = ?", (seq,))
+    return 1
+
+
+def _trim_dead_letters(conn: sqlite3.Connection, bounds: StoreBounds, *,
+                       keep: int | None) -> int:
+    """Drop the oldest dead letters over the count or the byte cap, never `keep`."""
+    count, size = _usage(conn, "deadletters")
+    victims: list[tuple[int]] = []
+    if count > bounds.dead_letters or size > bounds.dead_letters_bytes:
+        cursor = conn.execute("SELECT seq, bytes FROM lc_deadletters ORDER BY seq")
+        for seq, row_bytes in cursor:
+            if count <= bounds.dead_letters and size <= bounds.dead_letters_bytes:
+                break
+            if seq != keep:
+                victims.append((seq,))
+                count, size = count - 1, size - row_bytes
+        cursor.close()
+    conn.executemany("DELETE FROM lc_deadletters WHERE seq = ?", victims)
+    return len(victims)
+
+
+def _page(rows: Iterable[tuple[T, int]], limit: int, page_bytes: int, *,
+          key: Callable[[T], tuple[Any, ...]]) -> Page[T]:
+    """The first `limit` (item, size) of `rows`, fewer once their sizes pass `page_bytes`
+    (never none); `next_key` set when rows remain."""
+    items: list[T] = []
+    used = 0
+    for item, size in rows:
+        if len(items) == limit or (items and used + size > page_bytes):
+            return Page(items, key(items[-1]))
+        items.append(item)
+        used += size
+    return Page(items, None)
+
+
+def _listed_worker(row: tuple[Any, ...], item_bytes: int) -> ListedWorker:
+    size, text = row[7], row[8]
+    report = text if size <= item_bytes else truncated_json(text, size, item_bytes)
+    return ListedWorker(row[0], row[1], row[2], row[3], row[4], row[5], bool(row[6]), report)
+
+
 def _outbox_epoch(conn: sqlite3.Connection) -> str:
     """The random id this database's outbox got when it was first opened.
 
@@ -549,7 +896,9 @@ def _dead_counts(conn: sqlite3.Connection) -> dict[str, int]:
 
 
 def _worker(row: tuple[Any, ...]) -> WorkerRecord:
-    return WorkerRecord(row[0], row[1], row[2], row[3], orjson.loads(row[4]), row[5], row[6])
+    """A WorkerRecord from a row of _WORKER_COLUMNS."""
+    return WorkerRecord(row[0], row[1], row[2], row[3], orjson.loads(row[4]), row[5], row[6],
+                        bool(row[7]))
 
 
 def _connect(path: str, synchronous: str) -> sqlite3.Connection:
@@ -594,13 +943,59 @@ def _configure(conn: sqlite3.Connection, path: str, synchronous: str) -> None:
         raise StoreCorruptError(f"database {path} is corrupt: {exc}") from None
 
 
+_ADDED_COLUMNS = (  # (table, column, definition) that older schemas lack
+    ("lc_outbox", "fold", "TEXT"),  # schema 2: rows written before folding never fold
+    ("lc_workers", "bytes", "INTEGER NOT NULL DEFAULT 0"),  # schema 3
+    ("lc_workers", "owner_known", "INTEGER NOT NULL DEFAULT 1"),
+    ("lc_deadletters", "bytes", "INTEGER NOT NULL DEFAULT 0"),
+)
+
+
 def _migrate(conn: sqlite3.Connection, path: str) -> None:
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if version > SCHEMA_VERSION:
         raise StoreOpenError(f"database {path} has schema version {version}; this LC "
                              f"understands up to {SCHEMA_VERSION}")
-    columns = [row[1] for row in conn.execute("PRAGMA table_info(lc_outbox)")]
-    if columns and "fold" not in columns:  # schema 2: rows written before folding never fold
-        conn.execute("ALTER TABLE lc_outbox ADD COLUMN fold TEXT")
+    for table, column, definition in _ADDED_COLUMNS:
+        columns = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
+        if columns and column not in columns:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
     conn.executescript(_SCHEMA)
-    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if version < 4:
+            _fill_schema_4(conn)
+        _recount_usage(conn)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _fill_schema_4(conn: sqlite3.Connection) -> None:
+    """Sizes and owners of rows written before schema 4; dead-letter bodies cut to size,
+    one at a time (a schema 3 table may hold thousands of whole bodies)."""
+    conn.execute(
+        "UPDATE lc_workers SET bytes = length(CAST(report AS BLOB)), owner_known = "
+        "(routed_kind IS NOT NULL AND EXISTS (SELECT 1 FROM lc_resources r WHERE "
+        "r.kind = lc_workers.routed_kind AND r.namespace = lc_workers.namespace AND "
+        "r.name = lc_workers.owner_name))")
+    long = conn.execute("SELECT seq FROM lc_deadletters WHERE length(CAST(body AS BLOB)) > ?",
+                        (DEAD_LETTER_BODY,)).fetchall()
+    for (seq,) in long:
+        (body,) = conn.execute("SELECT body FROM lc_deadletters WHERE seq = ?", (seq,)).fetchone()
+        conn.execute("UPDATE lc_deadletters SET body = ? WHERE seq = ?",
+                     (bounded_json(body, DEAD_LETTER_BODY), seq))
+    conn.execute("UPDATE lc_deadletters SET bytes = length(CAST(body AS BLOB)) + "
+                 "length(CAST(error AS BLOB))")
+
+
+def _recount_usage(conn: sqlite3.Connection) -> None:
+    """lc_usage from the tables themselves (its invariant, whatever happened before)."""
+    total = "COUNT(*), COALESCE(SUM(bytes), 0)"
+    conn.execute("DELETE FROM lc_usage")
+    conn.execute(f"INSERT INTO lc_usage SELECT 'workers', {total} FROM lc_workers")
+    conn.execute(f"INSERT INTO lc_usage SELECT 'unknown_owner', {total} FROM lc_workers "
+                 "WHERE owner_known = 0")
+    conn.execute(f"INSERT INTO lc_usage SELECT 'deadletters', {total} FROM lc_deadletters")

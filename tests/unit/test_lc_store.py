@@ -179,7 +179,7 @@ def _under_a_file(path: Path) -> Path:
     pytest.param(lambda p: p.mkdir() or p, StoreOpenError, "it is a directory", id="directory"),
     pytest.param(_under_a_file, StoreOpenError, "File exists (", id="parent-is-a-file"),
     pytest.param(lambda p: _future_schema(p) or p, StoreOpenError,
-                 "has schema version 99; this LC understands up to 3", id="newer-schema"),
+                 "has schema version 99; this LC understands up to 4", id="newer-schema"),
 ])
 async def test_unusable_database_is_a_clear_error(tmp_path: Path, setup, error, text) -> None:
     target = setup(tmp_path / "lc.db")
