@@ -82,13 +82,13 @@ SERVICE_CIDR, SERVICE_IP = "10.96.0.0/16", "10.96.0.1"
 POD_CIDR = "10.244.0.1/16"
 KWOK_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 EDGE_ROLE = "node-role.kubernetes.io/edge"
-# kube-controller-manager --controllers: what the GM's children need, plus what keeps namespaces,
-# service accounts and nodes working (node-lifecycle lifts the not-ready taint the
-# TaintNodesByCondition admission puts on every new node)
+# kube-controller-manager --controllers: what the GM's children and the chart's LC DaemonSet need,
+# plus what keeps namespaces, service accounts and nodes working (node-lifecycle lifts the
+# not-ready taint the TaintNodesByCondition admission puts on every new node)
 CONTROLLERS = (
     "garbage-collector-controller", "deployment-controller", "replicaset-controller", "job-controller",
-    "namespace-controller", "serviceaccount-controller", "serviceaccount-token-controller",
-    "root-ca-certificate-publisher-controller", "node-lifecycle-controller",
+    "daemonset-controller", "namespace-controller", "serviceaccount-controller",
+    "serviceaccount-token-controller", "root-ca-certificate-publisher-controller", "node-lifecycle-controller",
 )
 
 START_TIMEOUT = float(os.environ.get("KUBE_REAL_START_TIMEOUT", "120"))
