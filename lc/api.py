@@ -12,17 +12,36 @@ means only "this LC cannot store right now". A report the GM would refuse (too d
 names too long, text that is not valid Unicode: proto/limits.py, the GM's own rules) is
 refused here with 400, as are bodies that do not decompress; unknown Content-Encodings
 get 415, a body that does not arrive in time 408.
+
+A refusal stops the work it refuses: a body refused for its size (declared, read, or once
+inflated), one that does not decode, one that does not arrive in time, and any refused
+request whose body has not all arrived (wrong media type, no such route...) are answered
+and the connection is closed at once, so aiohttp neither reads nor inflates the rest of it
+(it would otherwise drain the body for up to 10 s after the reply). A client that goes away
+while its body is read is one INFO line and a counter, not an error. Every value a client
+sent that an error quotes back is clipped (shared/text.py).
+
+The listings (`GET /sedna/workers`, `GET /sedna/deadletters`) come in pages, like a
+Kubernetes list: `limit` items at most (100 by default, 1000 at most), fewer once a page
+holds PAGE_BYTES, and `metadata.continue`, an opaque token to pass as `continue` for the
+next page. A report longer than LIST_ITEM_BYTES is listed as a marker with its start and
+length (lc/store.py `truncated_json`); dead-letter bodies were cut when stored.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
+import contextlib
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import Any
 
+import orjson
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 from aiohttp.web_protocol import RequestPayloadError
@@ -30,12 +49,13 @@ from aiohttp.web_protocol import RequestPayloadError
 from lc.dispatch import Dispatcher
 from lc.errors import ReportError, StoreError
 from lc.metrics import LCMetrics
-from lc.openapi import DOCUMENT, MAX_BODY
+from lc.openapi import DOCUMENT, MAX_BODY, MAX_LIST_LIMIT
 from lc.report import decode_report, parse_json
-from lc.store import Store
+from lc.store import Page, Store
 from shared.logs import event
 from shared.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from shared.server_limits import ServerLimits
+from shared.text import clip
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +71,18 @@ LIMITS_KEY = web.AppKey("limits", ServerLimits)
 
 # What aiohttp decodes for us (it reads any other Content-Encoding as identity).
 CONTENT_ENCODINGS = ("identity", "gzip", "deflate")
+
+DEFAULT_LIMIT = 100  # items in one page of a listing, MAX_LIST_LIMIT at most
+LIST_ITEM_BYTES = 64 << 10  # a listed report longer than this is shown as a marker
+PAGE_BYTES = 4 << 20  # a page ends early once its reports (or bodies) add up to this
+
+
+class ClientGone(Exception):
+    """The client closed the connection before its request body was read."""
+
+
+class QueryError(ValueError):
+    """A query parameter the endpoint cannot use (400); the message says which and why."""
 
 
 def status_body(status: int, message: str) -> bytes:
@@ -72,9 +104,17 @@ def protocol_error_response(status: int, message: str, headers: dict[str, str]) 
 
 # ---- the worker report route ------------------------------------------------------------
 
-async def post_report(request: web.Request) -> web.Response:
+async def post_report(request: web.Request) -> web.StreamResponse:
     """Validate, route and durably store one worker report."""
     metrics = request.app[METRICS_KEY]
+    metrics.reports_in_flight.inc()
+    try:
+        return await _report(request, metrics)
+    finally:
+        metrics.reports_in_flight.dec()
+
+
+async def _report(request: web.Request, metrics: LCMetrics) -> web.StreamResponse:
     started = time.perf_counter()
     path_name = request.match_info["name"]
     try:
@@ -82,23 +122,29 @@ async def post_report(request: web.Request) -> web.Response:
         body = await _read_body(request, within=request.app[LIMITS_KEY].body_timeout)
         report = decode_report(parse_json(body))
         if report.name != path_name:
-            raise ReportError(f"worker name(name={path_name}) in the api is different from "
-                              f"that(name={report.name}) in the message body",
+            raise ReportError(f"worker name(name={clip(path_name)}) in the api is different "
+                              f"from that(name={clip(report.name)}) in the message body",
                               reason="name_mismatch")
         route = await request.app[DISPATCHER_KEY].handle_report(report)
     except ReportError as exc:
         metrics.reports_rejected.inc(exc.reason)
-        event(log, "report refused", level=logging.INFO, worker=path_name, reason=exc.reason,
-              error=exc.message)
+        event(log, "report refused", level=logging.INFO, worker=clip(path_name),
+              reason=exc.reason, error=exc.message)
         response = error_response(exc.status, exc.message)
-        if exc.reason in _UNREADABLE_BODY:
-            _abandon_body(request, response)
+        if exc.reason in _UNREADABLE_BODY or _body_left(request):
+            return await _reply_and_close(request, response)
         return response
+    except ClientGone:
+        metrics.clients_gone.inc()
+        event(log, "client went away", level=logging.INFO, worker=clip(path_name),
+              peer=request.remote or "")
+        return error_response(400, "the client closed the connection before its body arrived")
     except StoreError as exc:
         metrics.reports_rejected.inc("store")
-        event(log, "report not stored", level=logging.ERROR, worker=path_name, error=str(exc))
-        return error_response(503, f"report of worker(name={path_name}) not stored: {exc}",
-                              **{"Retry-After": "3"})
+        event(log, "report not stored", level=logging.ERROR, worker=clip(path_name),
+              error=str(exc))
+        return error_response(503, f"report of worker(name={clip(path_name)}) not stored: "
+                                   f"{exc}", **{"Retry-After": "3"})
     metrics.reports_accepted.inc(route)
     metrics.report_seconds.observe(time.perf_counter() - started)
     return web.Response(body=OK_BODY, content_type=JSON)
@@ -109,21 +155,21 @@ def _check_media(request: web.Request) -> None:
     raw_type = request.headers.get("Content-Type", "")
     media = raw_type.split(";", 1)[0].strip().lower()
     if media and not (media in (JSON, "text/json") or media.endswith("+json")):
-        raise ReportError(f"Content-Type {media} is not supported; send {JSON}",
+        raise ReportError(f"Content-Type {clip(media)} is not supported; send {JSON}",
                           status=415, reason="media_type")
     accept = request.headers.get("Accept", "").lower()
     if accept and not any(t in accept for t in ("*/*", "application/*", "json")):
-        raise ReportError(f"Accept {accept} excludes {JSON}, the only representation",
+        raise ReportError(f"Accept {clip(accept)} excludes {JSON}, the only representation",
                           status=406, reason="not_acceptable")
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding not in CONTENT_ENCODINGS:
-        raise ReportError(f"Content-Encoding {encoding[:40]!r} is not supported; send one of "
-                          f"{', '.join(CONTENT_ENCODINGS)}", status=415, reason="encoding")
+        raise ReportError(f"Content-Encoding {clip(encoding, 40)!r} is not supported; send "
+                          f"one of {', '.join(CONTENT_ENCODINGS)}", status=415, reason="encoding")
 
 
 async def _read_body(request: web.Request, *, within: float) -> bytes:
     """The (decompressed) body within `within` seconds, refusing more than MAX_BODY bytes
-    without buffering it all."""
+    without buffering it all; ClientGone if the client closes the connection meanwhile."""
     if request.content_length is not None and request.content_length > MAX_BODY:
         raise _too_large()
     try:
@@ -132,8 +178,12 @@ async def _read_body(request: web.Request, *, within: float) -> bytes:
     except TimeoutError:
         raise ReportError(f"body not received within {within:g}s", status=408,
                           reason="body_timeout") from None
+    except ConnectionResetError:  # aiohttp's "Connection lost" (ClientConnectionResetError too)
+        raise ClientGone from None
     except (RequestPayloadError, BadHttpMessage) as exc:  # gzip/deflate that does not inflate
-        raise ReportError(f"body cannot be decoded: {_one_line(exc)}",
+        if request.transport is None or request.transport.is_closing():
+            raise ClientGone from None  # a body cut short by the client's leaving
+        raise ReportError(f"body cannot be decoded: {clip(_one_line(exc))}",
                           reason="bad_encoding") from None
 
 
@@ -148,15 +198,29 @@ async def _read_capped(request: web.Request) -> bytes:
     return b"".join(chunks)
 
 
-_UNREADABLE_BODY = ("bad_encoding", "body_timeout")
+_UNREADABLE_BODY = ("too_large", "bad_encoding", "body_timeout")
 
 
-def _abandon_body(request: web.Request, response: web.Response) -> None:
-    """Close the connection after this reply instead of reading the rest of a body that
-    cannot be decoded (aiohttp would drain it and fail again) or that does not arrive."""
+def _body_left(request: web.Request) -> bool:
+    """Whether some of the request's body has not arrived (or not been inflated) yet."""
+    return not request.content.is_eof()
+
+
+async def _reply_and_close(request: web.Request, response: web.Response) -> web.Response:
+    """Send `response`, then close the connection instead of reading the rest of a body
+    that is refused (for its size, its media type, its route...), cannot be decoded or
+    does not arrive.
+
+    A `Connection: close` reply alone is not enough: aiohttp then still reads (and
+    inflates) what is left of the body for up to its lingering time. Its protocol's
+    force_close stops that: the parser is fed nothing more, and the transport closes once
+    the reply it holds is written."""
     response.force_close()
-    if request.content.exception() is not None:
-        request.content.feed_eof()
+    with contextlib.suppress(ConnectionError):  # the client left first: nothing to send
+        await response.prepare(request)
+        await response.write_eof()
+    request.protocol.force_close()
+    return response
 
 
 def _one_line(exc: BaseException) -> str:
@@ -170,15 +234,75 @@ def _too_large() -> ReportError:
 # ---- operational endpoints --------------------------------------------------------------
 
 async def get_workers(request: web.Request) -> web.Response:
-    """The last report of every worker on this node."""
-    records = await request.app[STORE_KEY].workers()
+    """One page of the last report of every worker on this node, by namespace and name."""
+    limit, after = _list_query(request, _worker_key)
+    page = await request.app[STORE_KEY].worker_page(
+        limit=limit, after=after, item_bytes=LIST_ITEM_BYTES, page_bytes=PAGE_BYTES)
     workers = [{
-        "namespace": r.namespace, "name": r.name, "ownerKind": r.owner_kind,
-        "ownerName": r.owner_name, "routedKind": r.routed_kind,
-        "receivedAt": datetime.fromtimestamp(r.received_at, UTC).isoformat().replace("+00:00", "Z"),
-        "report": r.report,
-    } for r in records]
-    return web.json_response({"workers": workers})
+        "namespace": w.namespace, "name": w.name, "ownerKind": w.owner_kind,
+        "ownerName": w.owner_name, "routedKind": w.routed_kind, "ownerKnown": w.owner_known,
+        "receivedAt": datetime.fromtimestamp(w.received_at, UTC).isoformat().replace("+00:00", "Z"),
+        "report": orjson.Fragment(w.report_json),
+    } for w in page.items]
+    return _page_response({"workers": workers}, page)
+
+
+async def get_dead_letters(request: web.Request) -> web.Response:
+    """One page of the reports the GM can never apply, newest first, with why."""
+    store = request.app[STORE_KEY]
+    limit, after = _list_query(request, _seq_key)
+    page = await store.dead_letter_page(limit=limit, after=after, page_bytes=PAGE_BYTES)
+    letters = [{"seq": d.seq, "kind": d.kind, "namespace": d.namespace, "name": d.name,
+                "body": orjson.Fragment(d.body_json), "createdAt": d.created_at,
+                "reason": d.reason, "error": d.error, "deadAt": d.dead_at} for d in page.items]
+    return _page_response({"counts": store.dead_letter_counts, "deadLetters": letters}, page)
+
+
+def _page_response(doc: dict[str, Any], page: Page[Any]) -> web.Response:
+    metadata = {} if page.next_key is None else {"continue": _token(page.next_key)}
+    return web.Response(body=orjson.dumps({**doc, "metadata": metadata}), content_type=JSON)
+
+
+def _list_query(request: web.Request,
+                key_of: Callable[[Any], tuple[Any, ...] | None]) -> tuple[int, tuple[Any, ...] | None]:
+    """`limit` and the key to continue after, from a listing's query (400 when bad)."""
+    raw = request.query.get("limit", str(DEFAULT_LIMIT))
+    limit = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 6 else 0
+    if not 1 <= limit <= MAX_LIST_LIMIT:
+        raise QueryError(f"limit must be a whole number from 1 to {MAX_LIST_LIMIT}, "
+                         f"got {clip(raw, 20)!r}")
+    token = request.query.get("continue", "")
+    if not token:
+        return limit, None
+    after = key_of(_untoken(token))
+    if after is None:
+        raise QueryError("continue token is not valid; pass the metadata.continue of the "
+                         "previous page")
+    return limit, after
+
+
+def _token(key: tuple[Any, ...]) -> str:
+    return base64.urlsafe_b64encode(orjson.dumps(list(key))).rstrip(b"=").decode()
+
+
+def _untoken(token: str) -> Any:
+    try:
+        return orjson.loads(base64.b64decode(token + "=" * (-len(token) % 4), altchars=b"-_",
+                                             validate=True))
+    except (binascii.Error, ValueError):  # orjson.JSONDecodeError is a ValueError
+        return None
+
+
+def _worker_key(value: Any) -> tuple[str, str] | None:
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value):
+        return value[0], value[1]
+    return None
+
+
+def _seq_key(value: Any) -> tuple[int] | None:
+    if isinstance(value, list) and len(value) == 1 and type(value[0]) is int:
+        return (value[0],)
+    return None
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -196,28 +320,10 @@ async def readyz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ready", "db": "ok", "link": link})
 
 
-async def get_dead_letters(request: web.Request) -> web.Response:
-    """Reports the GM can never apply, newest first, with why (`?limit=N`, default 100)."""
-    store = request.app[STORE_KEY]
-    limit = _limit(request.query.get("limit", "100"))
-    letters = await store.dead_letters(limit)
-    return web.json_response({"counts": store.dead_letter_counts,
-                              "deadLetters": [d.to_dict() for d in letters]})
-
-
-def _limit(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= 10_000:
-        raise web.HTTPBadRequest(reason=f"limit must be a whole number from 1 to 10000, got {raw[:20]!r}")
-    return value
-
-
 async def metrics(request: web.Request) -> web.Response:
-    lc_metrics = request.app[METRICS_KEY]
-    lc_metrics.set_dead_letters(request.app[STORE_KEY].dead_letter_counts)
+    lc_metrics, store = request.app[METRICS_KEY], request.app[STORE_KEY]
+    lc_metrics.set_dead_letters(store.dead_letter_counts)
+    lc_metrics.set_dropped(store.dropped)
     text = lc_metrics.registry.render()
     return web.Response(text=text, headers={"Content-Type": METRICS_CONTENT_TYPE})
 
@@ -233,14 +339,20 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Turn aiohttp's routing errors (404, 405, ...) and store failures into JSON bodies."""
+    """Turn aiohttp's routing errors (404, 405, ...), bad queries and store failures into
+    JSON bodies."""
     try:
         return await handler(request)
+    except QueryError as exc:
+        return error_response(400, str(exc))
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
-        return error_response(exc.status, _http_message(request, exc), **headers)
+        response = error_response(exc.status, _http_message(request, exc), **headers)
+        if _body_left(request):  # a POST to no route: its body is neither read nor inflated
+            return await _reply_and_close(request, response)
+        return response
     except StoreError as exc:
         event(log, "store unavailable", level=logging.ERROR, path=request.path, error=str(exc))
         return error_response(503, f"store unavailable: {exc}")
@@ -248,9 +360,10 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
 
 def _http_message(request: web.Request, exc: web.HTTPException) -> str:
     if exc.status == 404:
-        return f"no route for {request.path}"
+        return f"no route for {clip(request.path)}"
     if exc.status == 405:
-        return f"method {request.method} not allowed on {request.path}; use {exc.headers.get('Allow', '')}"
+        return (f"method {clip(request.method, 20)} not allowed on {clip(request.path)}; use "
+                f"{exc.headers.get('Allow', '')}")
     return exc.reason
 
 

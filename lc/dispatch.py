@@ -4,7 +4,10 @@ Worker reports are routed by `ownerKind`. Upstream drops reports whose ownerKind
 manager, which loses every federated-learning report (its Python library sends
 "default"); here such a report is matched by namespace and owner name against the jobs
 this node holds, and if none matches yet it is kept as the worker's last report and
-routed as soon as the GM sends the matching job. Downstream objects are written to the
+routed as soon as the GM sends the matching job. A report whose owner this node does not
+hold (none matched, or its ownerKind named a kind but no such job is here) is kept only
+briefly and within its own byte cap (lc/store.py `StoreBounds`): anyone on the network can
+send reports for owners that do not exist. Downstream objects are written to the
 store first and then handed to their manager, so a restarted LC replays them (`resume`).
 
 A report is checked against the GM's own limits (proto/limits.py) before anything is
@@ -40,6 +43,7 @@ from proto.limits import (
 )
 from shared.apis import canonical_kind
 from shared.logs import event
+from shared.text import clip
 
 log = logging.getLogger(__name__)
 
@@ -197,8 +201,8 @@ def check_relayable(report: WorkerReport) -> None:
         body = status_body(report, include_models=True)
         check_json_like(body, "report")
     except InvalidFrame as exc:
-        raise ReportError(f"report of worker(name={report.name[:MAX_NAME]}) cannot be relayed "
-                          f"to the GM: {exc}", reason="limits") from None
+        raise ReportError(f"report of worker(name={clip(report.name)}) cannot be relayed "
+                          f"to the GM: {clip(str(exc))}", reason="limits") from None
     check_status_size(body, f"report of worker(name={report.name})")
 
 
@@ -229,8 +233,8 @@ def _checked_entries(manager: Manager, report: WorkerReport, *, namespace: str,
             check_object_names(entry.kind, entry.namespace, entry.name)
             check_json_like(entry.body, "body")
     except InvalidFrame as exc:
-        raise ReportError(f"status for {namespace}/{name} cannot be relayed to the GM: {exc}",
-                          reason="limits") from None
+        raise ReportError(f"status for {namespace}/{name} cannot be relayed to the GM: "
+                          f"{clip(str(exc))}", reason="limits") from None
     for entry in entries:
         check_status_size(entry.body, f"status for {entry.kind} {namespace}/{name}")
     return entries
@@ -240,7 +244,7 @@ def _require_owner(report: WorkerReport) -> None:
     missing = [key for key, value in (("namespace", report.namespace),
                                       ("ownerName", report.owner_name)) if not value]
     if missing:
-        raise ReportError(f"worker(name={report.name}) report lacks {' and '.join(missing)}",
+        raise ReportError(f"worker(name={clip(report.name)}) report lacks {' and '.join(missing)}",
                           reason="missing_owner")
 
 

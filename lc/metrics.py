@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from lc.store import DEAD_LETTER_REASONS
+from lc.store import DEAD_LETTER_REASONS, DROPPED
 from shared.metrics import Counter, Gauge, Histogram, Registry
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -23,6 +23,15 @@ class LCMetrics:
             "sedna_lc_reports_rejected_total", "Worker reports refused, by reason.", ["reason"])
         self.report_seconds: Histogram = r.histogram(
             "sedna_lc_report_seconds", "Time from request to reply for accepted reports.")
+        self.reports_in_flight: Gauge = r.gauge(
+            "sedna_lc_reports_in_flight", "Worker reports being read, checked or stored.")
+        self.clients_gone: Counter = r.counter(
+            "sedna_lc_clients_gone_total", "Requests whose client closed the connection before "
+            "its body was read.")
+        self.store_dropped: Counter = r.counter(
+            "sedna_lc_store_dropped_total", "Stored records dropped, oldest first, to keep a "
+            "table within its cap: unknown_owner (reports of owners this node does not hold), "
+            "worker (all worker records), dead_letter (bytes or count).", ["record"])
         self.commit_seconds: Histogram = r.histogram(
             "sedna_lc_store_commit_seconds", "Duration of one group-commit transaction.")
         self.batch_size: Histogram = r.histogram(
@@ -36,12 +45,22 @@ class LCMetrics:
             "table, by reason (refused, unsendable, protocol).", ["reason"])
         for route in ROUTES:
             self.reports_accepted.inc(route, amount=0)
+        for record in DROPPED:
+            self.store_dropped.inc(record, amount=0)
         self.set_dead_letters({})
 
     def set_dead_letters(self, counts: Mapping[str, int]) -> None:
         """Refresh the dead-letter gauge from the store's counts (at scrape time)."""
         for reason in (*DEAD_LETTER_REASONS, *counts):
             self.dead_letters.set(counts.get(reason, 0), reason)
+
+    def set_dropped(self, dropped: Mapping[str, int]) -> None:
+        """Bring the dropped-records counter up to the store's counts (at scrape time; the
+        store counts since it opened, as this registry does)."""
+        for record, count in dropped.items():
+            behind = count - self.store_dropped.value(record)
+            if behind > 0:
+                self.store_dropped.inc(record, amount=behind)
 
     def observe_batch(self, size: int, seconds: float) -> None:
         """Group-commit observer: one call per committed transaction."""

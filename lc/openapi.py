@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 MAX_BODY = 1 << 20
+MAX_LIST_LIMIT = 1000
 
 _STATUS_MESSAGE = {
     "type": "object",
@@ -54,31 +55,66 @@ _REPORT_OP = {
     "responses": {
         "200": _error("Committed durably to the outbox."),
         "400": _error("Malformed JSON, wrong field type, name mismatch, missing owner, a "
-                      "body that does not decompress, or a report the GM would refuse "
-                      "(nesting, name lengths, invalid Unicode: proto/limits.py)."),
+                      "body that does not decompress (the connection is then closed), or a "
+                      "report the GM would refuse (nesting, name lengths, invalid Unicode: "
+                      "proto/limits.py). Values quoted from the request are clipped to 200 "
+                      "characters with their length stated."),
         "406": _error("Accept header excludes JSON."),
-        "408": _error("The body did not arrive within the body timeout."),
-        "413": _error(f"Body larger than {MAX_BODY} bytes, or a report whose content would "
-                      "put more than 1 MiB of JSON into the CR status."),
+        "408": _error("The body did not arrive within the body timeout; the connection is "
+                      "closed."),
+        "413": _error(f"Body larger than {MAX_BODY} bytes, as declared, as read or once "
+                      "inflated (the connection is then closed: the rest is neither read nor "
+                      "inflated), or a report whose content would put more than 1 MiB of JSON "
+                      "into the CR status."),
         "415": _error("Content-Type is not JSON, or Content-Encoding is not identity, gzip "
                       "or deflate."),
         "503": _error("The report could not be committed; retry."),
     },
 }
 
-_WORKERS = {"type": "object", "properties": {"workers": {"type": "array", "items": {
+_TRUNCATED = {
     "type": "object",
-    "properties": {"namespace": {"type": "string"}, "name": {"type": "string"},
-                   "ownerKind": {"type": "string"}, "ownerName": {"type": "string"},
-                   "receivedAt": {"type": "string", "format": "date-time"},
-                   "routedKind": {"type": ["string", "null"]},
-                   "report": {"$ref": "#/components/schemas/WorkerReport"}}}}}}
+    "description": "Stands for JSON text too long to show (a listed report over 64 KiB, a "
+                   "dead letter's body over 64 KiB when it was stored): its start and length.",
+    "required": ["truncated", "bytes", "head"],
+    "properties": {"truncated": {"const": True},
+                   "bytes": {"type": "integer", "description": "Length of the whole JSON text."},
+                   "head": {"type": "string", "description": "The JSON text's start."}},
+}
+
+_LIST_METADATA = {"type": "object", "properties": {"continue": {
+    "type": "string", "description": "Present when more items follow: pass it as `continue` "
+                                     "for the next page."}}}
+
+_LIST_PARAMETERS = [
+    {"name": "limit", "in": "query", "required": False,
+     "description": "Items in this page at most; a page also ends once it holds 4 MiB.",
+     "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIST_LIMIT, "default": 100}},
+    {"name": "continue", "in": "query", "required": False,
+     "description": "The previous page's metadata.continue (opaque).",
+     "schema": {"type": "string"}},
+]
+
+_WORKERS = {"type": "object", "properties": {"metadata": _LIST_METADATA, "workers": {
+    "type": "array", "items": {
+        "type": "object",
+        "properties": {"namespace": {"type": "string"}, "name": {"type": "string"},
+                       "ownerKind": {"type": "string"}, "ownerName": {"type": "string"},
+                       "receivedAt": {"type": "string", "format": "date-time"},
+                       "routedKind": {"type": ["string", "null"]},
+                       "ownerKnown": {"type": "boolean", "description": "Its owner is a job "
+                                      "this node holds; if not, the record is kept briefly "
+                                      "(LC_UNKNOWN_OWNER_TTL)."},
+                       "report": {"oneOf": [{"$ref": "#/components/schemas/WorkerReport"},
+                                            {"$ref": "#/components/schemas/Truncated"}]}}}}}}
 
 _DEAD = {"type": "object", "properties": {
+    "metadata": _LIST_METADATA,
     "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
     "deadLetters": {"type": "array", "items": {"type": "object", "properties": {
         "seq": {"type": "integer"}, "kind": {"type": "string"},
-        "namespace": {"type": "string"}, "name": {"type": "string"}, "body": {},
+        "namespace": {"type": "string"}, "name": {"type": "string"},
+        "body": {"description": "The report's body, or a Truncated marker."},
         "createdAt": {"type": "number"}, "deadAt": {"type": "number"},
         "reason": {"type": "string", "enum": ["refused", "unsendable", "protocol"]},
         "error": {"type": "string"}}}}}}
@@ -92,19 +128,22 @@ DOCUMENT: dict[str, Any] = {
              "description": "Worker report API and operational endpoints of the LC."},
     "paths": {
         "/sedna/workers/{name}/info": {"post": _REPORT_OP},
-        "/sedna/workers": {"get": {"summary": "Last report of every worker.",
-                                   "operationId": "listWorkers",
-                                   "responses": {"200": _json("Workers.", _WORKERS),
-                                                 "503": _error("Store unavailable.")}}},
+        "/sedna/workers": {"get": {
+            "summary": "Last report of every worker, by namespace and name, a page at a time.",
+            "operationId": "listWorkers",
+            "parameters": _LIST_PARAMETERS,
+            "responses": {"200": _json("A page of workers.", _WORKERS),
+                          "400": _error("Bad limit or continue token."),
+                          "503": _error("Store unavailable.")}}},
         "/sedna/deadletters": {"get": {
             "summary": "Reports the GM can never apply (refused, unsendable, or whose frame "
-                       "the GM refused), newest first; they no longer block the outbox.",
+                       "the GM refused), newest first, a page at a time; they no longer "
+                       "block the outbox.",
             "operationId": "listDeadLetters",
-            "parameters": [{"name": "limit", "in": "query", "required": False,
-                            "schema": {"type": "integer", "minimum": 1, "maximum": 10000,
-                                       "default": 100}}],
-            "responses": {"200": _json("Dead letters and their counts by reason.", _DEAD),
-                          "400": _error("Bad limit."),
+            "parameters": _LIST_PARAMETERS,
+            "responses": {"200": _json("A page of dead letters and their counts by reason.",
+                                       _DEAD),
+                          "400": _error("Bad limit or continue token."),
                           "503": _error("Store unavailable.")}}},
         "/healthz": {"get": {"summary": "The process is serving.", "operationId": "healthz",
                              "responses": {"200": _json("Alive.", _HEALTH)}}},
@@ -119,5 +158,6 @@ DOCUMENT: dict[str, Any] = {
                                   "responses": {"200": _json("OpenAPI 3 document.",
                                                              {"type": "object"})}}},
     },
-    "components": {"schemas": {"StatusMessage": _STATUS_MESSAGE, "WorkerReport": _REPORT}},
+    "components": {"schemas": {"StatusMessage": _STATUS_MESSAGE, "WorkerReport": _REPORT,
+                               "Truncated": _TRUNCATED}},
 }

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from lc.errors import ReportError
+from shared.text import clip
 
 # JSON key (upstream spelling) -> expected type; see shared/spec/upstream-lc.md section 2.2.
 _STRING_FIELDS = ("name", "namespace", "ownerName", "ownerKind", "kind", "status")
@@ -31,7 +32,7 @@ def _reject_constant(name: str) -> Any:
 def _parse_float(text: str) -> float:
     value = float(text)
     if value in (float("inf"), float("-inf")):
-        raise ValueError(f"number {text} is out of range")
+        raise ValueError(f"number {clip(text, 40)} is out of range")
     return value
 
 
@@ -83,7 +84,7 @@ def parse_json(body: bytes) -> Any:
     try:
         value, _ = _DECODER.raw_decode(text, start)
     except (ValueError, RecursionError) as exc:
-        raise ReportError(f"body is not valid JSON: {exc}", reason="bad_json") from None
+        raise ReportError(f"body is not valid JSON: {clip(str(exc))}", reason="bad_json") from None
     return value
 
 

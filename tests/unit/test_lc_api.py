@@ -310,3 +310,121 @@ async def test_openapi_describes_every_route(lc) -> None:
     described = {(method, path) for path, ops in doc["paths"].items() for method in ops}
     assert served == described
     assert doc["openapi"].startswith("3.")
+
+
+# ---- what a client sent is echoed clipped ---------------------------------------------------
+
+HUGE = 100_000
+
+
+def _nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(("data", "headers", "path", "start"), [
+    pytest.param('{"name": 1' + "1" * 1_000_000 + "e999}", None, None,
+                 "body is not valid JSON: number 1111", id="1MB-number-literal"),
+    pytest.param(json.dumps({"name": "x" * HUGE, "namespace": "ns", "ownerName": "j"}), None,
+                 None, "worker name(name=w1) in the api is different from that(name=xxxx",
+                 id="long-name-mismatch"),
+    pytest.param(json.dumps({"name": "w1", "namespace": "ns", "ownerName": "j",
+                             "ownerInfo": {"k" * HUGE: _nested(120)}}), None, None,
+                 "report of worker(name=w1) cannot be relayed to the GM: "
+                 "report.output.ownerInfo.kkkk", id="long-key-in-a-path"),  # proto/limits cuts it
+    pytest.param("{}", {"Content-Type": "application/" + "x" * 5000}, None,
+                 "Content-Type application/xxxx", id="long-content-type"),
+    pytest.param("{}", {"Content-Type": "application/json", "Accept": "text/" + "h" * 5000},
+                 None, "Accept text/hhhh", id="long-accept"),
+    pytest.param("{}", None, "/sedna/" + "p" * 5000, "no route for /sedna/pppp", id="long-path"),
+])
+async def test_client_values_quoted_in_errors_are_clipped(lc, caplog, data, headers, path,
+                                                          start) -> None:
+    _, base = lc
+    caplog.set_level("INFO", logger="lc")
+    _, ctype, raw, _ = await _post(base, "w1", data, headers, path)
+    status, message = _message(raw)
+    assert 400 <= status < 500 and ctype == "application/json"
+    assert message.startswith(start), message[:300]
+    assert "characters)" in message or "..." in message  # says it was cut
+    assert len(raw) < 1024
+    for record in caplog.records:
+        fields = [v for v in vars(record).values() if isinstance(v, str)]
+        assert max(map(len, fields)) < 1024, record.getMessage()
+
+
+# ---- listings come in pages ------------------------------------------------------------------
+
+async def _get(base: str, path: str, **query: str) -> tuple[int, dict[str, Any]]:
+    async with session() as http, http.get(base + path, params=query) as resp:
+        return resp.status, json.loads(await resp.read())
+
+
+async def _pages(base: str, path: str, key: str, **query: str) -> list[list[dict[str, Any]]]:
+    pages: list[list[dict[str, Any]]] = []
+    token = ""
+    while True:
+        status, doc = await _get(base, path, **query, **({"continue": token} if token else {}))
+        assert status == 200, doc
+        pages.append(doc[key])
+        token = doc["metadata"].get("continue", "")
+        if not token:
+            return pages
+
+
+async def test_workers_are_listed_in_pages(lc) -> None:
+    _, base = lc
+    for i in range(5):
+        body = {"name": f"w{i}", "namespace": "default", "ownerName": f"nobody-{i}"}
+        assert (await _post(base, f"w{i}", json.dumps(body)))[0] == 200
+    pages = await _pages(base, "/sedna/workers", "workers", limit="2")
+    assert [[w["name"] for w in page] for page in pages] == [["w0", "w1"], ["w2", "w3"], ["w4"]]
+    assert {w["ownerKnown"] for page in pages for w in page} == {False}
+    assert await _pages(base, "/sedna/workers", "workers") == [[w for p in pages for w in p]]
+
+
+async def test_dead_letters_are_listed_in_pages(lc) -> None:
+    controller, base = lc
+    seqs = []
+    for i in range(3):
+        seq = await controller.store.append_report("Model", "default", "m", {"n": i})
+        await controller.store.dead_letter(seq, reason="refused", error="no")
+        seqs.append(seq)
+    pages = await _pages(base, "/sedna/deadletters", "deadLetters", limit="2")
+    assert [[d["seq"] for d in page] for page in pages] == [seqs[:0:-1], seqs[:1]]
+    assert [d["body"] for d in pages[1]] == [{"n": 0}]
+
+
+async def test_a_big_report_is_listed_as_a_marker(lc) -> None:
+    controller, base = lc
+    body = {"name": "big", "namespace": "default", "ownerName": "nobody",
+            "ownerInfo": {"pad": "x" * 200_000}}
+    assert (await _post(base, "big", json.dumps(body)))[0] == 200
+    [stored] = await controller.store.workers()
+    status, doc = await _get(base, "/sedna/workers")
+    [item] = doc["workers"]
+    assert item["report"]["truncated"] is True
+    assert item["report"]["bytes"] == len(json.dumps(stored.report, separators=(",", ":")))
+    assert item["report"]["head"].startswith('{"name":"big"')
+    assert len(json.dumps(item)) < 70_000
+
+
+@pytest.mark.parametrize("path", ["/sedna/workers", "/sedna/deadletters"])
+@pytest.mark.parametrize(("query", "message"), [
+    pytest.param({"limit": "0"}, "limit must be a whole number from 1 to 1000, got '0'",
+                 id="limit-0"),
+    pytest.param({"limit": "1001"}, "limit must be a whole number from 1 to 1000, got '1001'",
+                 id="limit-1001"),
+    pytest.param({"limit": "x" * 500}, "limit must be a whole number from 1 to 1000, got 'xxxx",
+                 id="limit-text"),
+    pytest.param({"continue": "not a token"}, "continue token is not valid", id="garbage-token"),
+    pytest.param({"continue": "WzEsMiwzXQ"}, "continue token is not valid", id="wrong-shape"),
+])
+async def test_bad_list_queries_are_400(lc, path: str, query: dict[str, str],
+                                        message: str) -> None:
+    _, base = lc
+    status, doc = await _get(base, path, **query)
+    assert (status, doc["Status"]) == (400, 400)
+    assert doc["Message"].startswith(message) and len(doc["Message"]) < 300

@@ -3,8 +3,8 @@
 Against a real LocalController on a loopback port: reports the GM would refuse later
 (proto/limits.py), bodies that do not decode, methods and encodings the server does not
 speak, connections that idle or trickle, one client holding too many connections. Also
-the places where what cannot be relayed ends up (dead letters) and the lifetime of the
-worker records.
+the places where what cannot be relayed ends up (dead letters), the lifetime and the byte
+bounds of the worker records, refusals that stop reading, and clients that go away.
 """
 
 from __future__ import annotations
@@ -12,6 +12,10 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import logging
+import socket
+import struct
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -313,3 +317,141 @@ async def test_http_settings_are_validated(tmp_path: Path) -> None:
     limits = cfg.server_limits
     assert (limits.idle_timeout, limits.body_timeout, limits.max_connections_per_client,
             cfg.worker_ttl) == (2.0, 3.0, 4, 60.0)
+
+
+# ---- storage is bounded in bytes ------------------------------------------------------------
+
+async def _metrics(base: str) -> str:
+    async with session() as http, http.get(base + "/metrics") as resp:
+        return await resp.text()
+
+
+async def test_reports_of_unknown_owners_are_capped_in_bytes(tmp_path: Path) -> None:
+    async with running_lc(tmp_path, LC_UNKNOWN_OWNER_BYTES="1048576") as (lc, base):
+        for i in range(5):  # 400 kB each: two fit under 1 MiB
+            body = _report(name=f"w{i}", ownerName=f"nobody-{i}", ownerKind="default",
+                           ownerInfo={"pad": "x" * 400_000})
+            assert (await _post(base, body, worker=f"w{i}"))[0] == 200
+        assert await _workers(base) == ["w3", "w4"]
+        assert 'sedna_lc_store_dropped_total{record="unknown_owner"} 3' in await _metrics(base)
+
+
+def test_storage_bounds_are_configured() -> None:
+    from lc.config import load
+    from lc.errors import ConfigError
+
+    cfg = load({})
+    bounds = cfg.store_bounds
+    assert (bounds.worker_ttl, bounds.unknown_owner_ttl, bounds.unknown_owner_bytes,
+            bounds.workers_bytes, bounds.dead_letters_bytes) == (
+        7 * 86400.0, 600.0, 16 << 20, 64 << 20, 16 << 20)
+    cfg = load({"LC_UNKNOWN_OWNER_TTL": "60", "LC_UNKNOWN_OWNER_BYTES": "2097152",
+                "LC_WORKERS_BYTES": "3145728", "LC_DEAD_LETTERS_BYTES": "4194304",
+                "LC_WORKER_TTL": "120"})
+    bounds = cfg.store_bounds
+    assert (bounds.worker_ttl, bounds.unknown_owner_ttl, bounds.unknown_owner_bytes,
+            bounds.workers_bytes, bounds.dead_letters_bytes) == (
+        120.0, 60.0, 2 << 20, 3 << 20, 4 << 20)
+    for key in ("LC_UNKNOWN_OWNER_BYTES", "LC_WORKERS_BYTES", "LC_DEAD_LETTERS_BYTES"):
+        with pytest.raises(ConfigError, match=f"{key} must be at least 1048576"):
+            load({key: "1000"})
+    with pytest.raises(ConfigError, match="LC_UNKNOWN_OWNER_TTL must be a positive"):
+        load({"LC_UNKNOWN_OWNER_TTL": "0"})
+
+
+# ---- a refusal stops the work it refuses ----------------------------------------------------
+
+def _gzip_zeros(mib: int) -> bytes:
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    zeros = bytes(1 << 20)
+    return b"".join(packer.compress(zeros) for _ in range(mib)) + packer.flush()
+
+
+def _head(length: int | None, path: str = "/sedna/workers/w1/info", **headers: str) -> bytes:
+    headers = {"Content_Type": "application/json", **headers}
+    lines = [f"POST {path} HTTP/1.1", "Host: x",
+             *(f"{k.replace('_', '-')}: {v}" for k, v in headers.items())]
+    lines.append(f"Content-Length: {length}" if length is not None
+                 else "Transfer-Encoding: chunked")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def _chunked(data: bytes) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(data[i:i + 65536]), data[i:i + 65536])
+                    for i in range(0, len(data), 65536))
+
+
+BOMB = _gzip_zeros(64)  # 64 KiB of gzip that inflates to 64 MiB
+
+
+TOO_LARGE = (413, "body larger than 1048576 bytes")
+
+
+@pytest.mark.parametrize(("head", "sent", "refusal"), [
+    pytest.param(_head(2 << 20), b"{" * 65536, TOO_LARGE, id="declared-too-large"),
+    pytest.param(_head(None), _chunked(b" " * ((1 << 20) + 65536)), TOO_LARGE,
+                 id="chunked-too-large"),
+    pytest.param(_head(len(BOMB) * 2, Content_Encoding="gzip"), BOMB[:len(BOMB) // 2],
+                 TOO_LARGE, id="gzip-inflates-too-large"),
+    pytest.param(_head(None, Content_Encoding="gzip"), _chunked(BOMB[:len(BOMB) // 2]),
+                 TOO_LARGE, id="chunked-gzip-inflates-too-large"),
+    pytest.param(_head(len(BOMB) * 2, Content_Encoding="gzip", Content_Type="text/plain"),
+                 BOMB[:len(BOMB) // 2], (415, "Content-Type text/plain is not supported; send "
+                                             "application/json"), id="gzip-wrong-media-type"),
+    pytest.param(_head(len(BOMB) * 2, "/elsewhere", Content_Encoding="gzip"),
+                 BOMB[:len(BOMB) // 2], (404, "no route for /elsewhere"), id="gzip-no-route"),
+])
+async def test_a_refused_body_is_not_read_further(tmp_path: Path, head: bytes, sent: bytes,
+                                                  refusal: tuple[int, str]) -> None:
+    async with running_lc(tmp_path) as (lc, base):
+        reader, writer = await asyncio.open_connection("127.0.0.1", lc.port)
+        try:
+            writer.write(head + sent)  # and never the rest of the body
+            async with asyncio.timeout(5):
+                reply = await reader.readuntil(b"\r\n\r\n")
+                length = int(reply.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+                body = json.loads(await reader.readexactly(length))
+                closed = await _closed(reader)
+        finally:
+            writer.close()
+        assert reply.startswith(b"HTTP/1.1 %d" % refusal[0]) and b"Connection: close" in reply
+        assert body == {"Status": refusal[0], "Message": refusal[1]}
+        assert closed  # by the LC, though the client still had body to send
+        assert await lc.store.workers() == []
+
+
+async def _closed(reader: asyncio.StreamReader) -> bool:
+    try:
+        return await reader.read() == b""
+    except ConnectionResetError:  # closed with what the client sent unread
+        return True
+
+
+# ---- a client that goes away ----------------------------------------------------------------
+
+@pytest.mark.parametrize(("head", "sent"), [
+    pytest.param(_head(100_000), b'{"name": "w1", "pad": "', id="content-length"),
+    pytest.param(_head(None), _chunked(b'{"name": "w1", "pad": "'), id="chunked"),
+    pytest.param(_head(len(BOMB), Content_Encoding="gzip"), BOMB[:100], id="gzip"),
+])
+@pytest.mark.parametrize("reset", [False, True], ids=["fin", "rst"])
+async def test_a_client_going_away_mid_body_is_one_info_line(tmp_path: Path, caplog,
+                                                             head: bytes, sent: bytes,
+                                                             reset: bool) -> None:
+    caplog.set_level("DEBUG")
+    async with running_lc(tmp_path) as (lc, base):
+        _, writer = await asyncio.open_connection("127.0.0.1", lc.port)
+        writer.write(head + sent)
+        await writer.drain()
+        await eventually(lambda: lc.metrics.reports_in_flight.value() == 1,
+                         message="the report's handler reading the body")
+        if reset:
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.close()
+        await eventually(lambda: lc.metrics.clients_gone.value() == 1,
+                         message="the client's departure counted")
+        assert (await _post(base, _report()))[0] == 200  # the next client is served
+    gone = [r for r in caplog.records if r.getMessage() == "client went away"]
+    assert [(r.name, r.levelname) for r in gone] == [("lc.api", "INFO")]
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING]
