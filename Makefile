@@ -28,8 +28,8 @@ helm: setup
 test: setup helm kube-build
 	$(PY) -m pytest -q
 
-# The cluster tier alone; with KUBECONFIG set, its real half runs on that cluster instead
-test-cluster: setup kube-build
+# The cluster tier alone (helm for the chart's test); with KUBECONFIG set, its real half runs on that cluster instead
+test-cluster: setup helm kube-build
 	$(PY) -m tests.cluster
 
 # A real control plane (kube-apiserver, controller-manager, scheduler, etcd, kwok) built from the Go
