@@ -6,6 +6,13 @@ the reverse, so nothing that can still produce a report outlives the store: stop
 accepting HTTP (in-flight handlers finish their commit), stop the link, stop managers,
 then flush pending commits and close the database.
 
+Replayed objects are held, not dropped: work that opens the files an object names (dataset
+counts, learning jobs) waits until the GM confirms the object (`Confirmations`: the GM sent
+it, or applied a snapshot, which deletes what it left out). Without a GM link there is
+nobody to ask, so everything stored is confirmed at start. Stopping managers cancels that
+work at once: file reads run on daemon threads that stop after their current chunk
+(lc/files.py).
+
 The link to the GM lives in lc/link/dialer.py and is plugged in through `link_factory`: it
 receives this LocalController (see `Link`/`LinkFactory`) and drives `apply_*` for
 downstream objects and the store's outbox (`pending`, `ack`, `wait_outbox`) upstream.
@@ -29,7 +36,7 @@ from lc.api import build_app, protocol_error_response
 from lc.config import LCConfig
 from lc.dispatch import Dispatcher
 from lc.errors import ConfigError
-from lc.managers.base import Manager
+from lc.managers.base import Confirmations, FileWork, Manager
 from lc.managers.dataset import DatasetManager
 from lc.managers.federatedlearning import FederatedLearningManager
 from lc.managers.forward import ReportForwarder
@@ -94,20 +101,29 @@ class LocalController:
         self._runner: web.AppRunner | None = None
         self.link_task: Supervised | None = None  # the link's run, restarted when it ends
         self.port: int | None = None  # the bound port once started (BIND_PORT may be 0)
+        self.confirmations = Confirmations()  # which stored objects the GM vouched for
 
     # ---- seam for the link -----------------------------------------------------------
 
     async def apply_upsert(self, kind: str, namespace: str, name: str, obj: dict[str, Any]) -> None:
-        """A downstream insert/update from the GM."""
-        await self._dispatch().upsert(kind, namespace, name, obj)
+        """A downstream insert/update from the GM (which confirms the object exists)."""
+        dispatcher = self._dispatch()
+        self.confirmations.confirm(kind, namespace, name)
+        await dispatcher.upsert(kind, namespace, name, obj)
 
     async def apply_delete(self, kind: str, namespace: str, name: str) -> None:
         """A downstream delete from the GM."""
         await self._dispatch().delete(kind, namespace, name)
+        self.confirmations.forget(kind, namespace, name)
 
     async def apply_snapshot(self, objects: Iterable[tuple[str, str, str, dict[str, Any]]]) -> None:
         """The full set of objects this node needs, sent by the GM on (re)connect."""
         await self._dispatch().snapshot(objects)
+        self.confirmations.confirm_all()
+
+    def snapshot_applied(self) -> None:
+        """The link applied a whole snapshot (objects it left out are deleted by now)."""
+        self.confirmations.confirm_all()
 
     @property
     def app(self) -> web.Application | None:
@@ -122,6 +138,8 @@ class LocalController:
     async def start(self) -> None:
         """Open the store, resume managers, serve HTTP, start the link."""
         cfg = self.config
+        if self._link_factory is None:
+            self.confirmations.confirm_all()  # no GM to ask: what is stored is all there is
         self.store = await Store.open(cfg.db_path, synchronous=cfg.db_synchronous,
                                       observe=self.metrics.observe_batch,
                                       bounds=cfg.store_bounds)
@@ -140,10 +158,11 @@ class LocalController:
     async def _start_managers(self) -> None:
         assert self.store is not None
         cfg, models = self.config, ModelManager()
+        work = FileWork(limits=cfg.file_limits, confirmations=self.confirmations)
         managers = [
-            DatasetManager(self.store, rootfs=cfg.rootfs, period=cfg.dataset_period),
+            DatasetManager(self.store, rootfs=cfg.rootfs, period=cfg.dataset_period, work=work),
             models, JointInferenceManager(), FederatedLearningManager(),
-            *(LearningManager(kind, self.store, rootfs=cfg.rootfs, node=cfg.node_name)
+            *(LearningManager(kind, self.store, rootfs=cfg.rootfs, node=cfg.node_name, work=work)
               for kind in (IncrementalLearning(models), LifelongLearning())),
         ]
         self.dispatcher = Dispatcher(self.store, [*managers, *forwarders(managers)])
@@ -152,7 +171,7 @@ class LocalController:
             if isinstance(manager, LearningManager):
                 manager.start()  # now that the Models and Datasets they read are back
         event(log, "state resumed", resources=resumed, outbox=self.store.outbox_size,
-              db=self.config.db_path)
+              db=self.config.db_path, confirmed=self.confirmations.everything)
 
     async def _start_http(self) -> None:
         assert self.store is not None and self.dispatcher is not None

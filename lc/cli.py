@@ -3,6 +3,12 @@
 Configuration comes only from the environment (lc/config.py, table in lc/README.md), as
 with upstream's LC; the command line takes just --help and --version. Exit codes: 0 after
 a clean shutdown, 2 for a configuration, store or bind error (printed as one clear line).
+
+Stopping is bounded. The LC's own stop has a deadline (`STOP_TIMEOUT`), and the loop is run
+here rather than by `asyncio.run`, which waits without limit for the default executor's
+threads (and the interpreter joins them again at exit): a thread stuck in a system call,
+say a read from a hung network mount, would keep a stopped LC alive. The store is closed by
+then, so once `EXIT_GRACE` has passed with threads still busy the process exits without them.
 """
 
 from __future__ import annotations
@@ -10,9 +16,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
+import threading
+import time
+from collections.abc import Callable, Coroutine
 from importlib import metadata
+from typing import Any
 
 from lc.app import LinkFactory, LocalController
 from lc.config import LCConfig, load
@@ -20,6 +31,9 @@ from lc.errors import ConfigError, StoreError
 from shared import logs
 
 log = logging.getLogger("lc")
+
+STOP_TIMEOUT = 30.0  # the LC's ordered stop (HTTP 10 s, link 10 s, managers, store)
+EXIT_GRACE = 5.0  # then, for threads still running
 
 
 def _version() -> str:
@@ -51,7 +65,62 @@ async def serve(config: LCConfig) -> None:
         await stop.wait()
         logs.event(log, "stop signal received")
     finally:
-        await lc.stop()
+        try:
+            async with asyncio.timeout(STOP_TIMEOUT):
+                await lc.stop()
+        except TimeoutError:
+            logs.event(log, "stop timed out, exiting anyway", level=logging.ERROR,
+                       within=STOP_TIMEOUT)
+
+
+def run(main: Coroutine[Any, Any, None], *,
+        loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop) -> None:
+    """Run `main` to completion, then cancel what is left and close the loop, without waiting
+    for the default executor's threads (closing the loop tells them to end; `exit_code`
+    bounds the wait)."""
+    loop = loop_factory()
+    try:
+        loop.run_until_complete(main)
+    finally:
+        try:
+            _cancel_remaining(loop)
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+
+
+def _cancel_remaining(loop: asyncio.AbstractEventLoop) -> None:
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+
+
+def busy_threads(within: float) -> list[str]:
+    """Names of the non-daemon threads still running after waiting up to `within` seconds."""
+    deadline = time.monotonic() + within
+    for thread in _non_daemon_threads():
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [t.name for t in _non_daemon_threads()]
+
+
+def _non_daemon_threads() -> list[threading.Thread]:
+    main = threading.main_thread()
+    return [t for t in threading.enumerate() if t is not main and not t.daemon and t.is_alive()]
+
+
+def exit_code(code: int) -> int:
+    """`code`, once the threads left have ended; if some are stuck, exit now without them."""
+    stuck = busy_threads(EXIT_GRACE)
+    if stuck:
+        logs.event(log, "threads still busy at exit, exiting without them", level=logging.WARNING,
+                   threads=",".join(stuck), within=EXIT_GRACE)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,13 +134,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sedna-lc: configuration error: {exc}", file=sys.stderr)
         return 2
     logs.setup(config.log_level, config.log_format)
+    return exit_code(_serve_until_stopped(config))
+
+
+def _serve_until_stopped(config: LCConfig) -> int:
     try:
         import uvloop
-        runner = uvloop.run
+        loop_factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
     except ImportError:
-        runner = asyncio.run
+        loop_factory = asyncio.new_event_loop
     try:
-        runner(serve(config))
+        run(serve(config), loop_factory=loop_factory)
     except ConfigError as exc:  # checked at start: certificates that do not load
         print(f"sedna-lc: configuration error: {exc}", file=sys.stderr)
         return 2

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lc.errors import ConfigError
+from lc.files import DEFAULT_INDEX_BYTES, DEFAULT_INDEX_LINES, DEFAULT_MODEL_BYTES, FileLimits
 from lc.store import StoreBounds
 from shared.server_limits import ServerLimits
 
@@ -51,6 +52,9 @@ class LCConfig:
     http_body_timeout: float = 30.0
     http_max_conns_per_client: int = 512
     worker_ttl: float = 7 * 24 * 3600.0  # /sedna/workers forgets reports older than this
+    index_max_bytes: int = DEFAULT_INDEX_BYTES  # a dataset index over this is refused whole
+    index_max_lines: int = DEFAULT_INDEX_LINES
+    model_max_bytes: int = DEFAULT_MODEL_BYTES  # a model copy over this is refused
 
     @property
     def server_limits(self) -> ServerLimits:
@@ -58,6 +62,12 @@ class LCConfig:
         return ServerLimits(idle_timeout=self.http_idle_timeout,
                             body_timeout=self.http_body_timeout,
                             max_connections_per_client=self.http_max_conns_per_client)
+
+    @property
+    def file_limits(self) -> FileLimits:
+        """The caps on the files CRs name (lc/files.py)."""
+        return FileLimits(index_bytes=self.index_max_bytes, index_lines=self.index_max_lines,
+                          model_bytes=self.model_max_bytes)
 
     @property
     def gm_url(self) -> str | None:
@@ -108,6 +118,9 @@ def load(env: Mapping[str, str] | None = None) -> LCConfig:
         http_body_timeout=_positive_float(env, "LC_HTTP_BODY_TIMEOUT", 30.0),
         http_max_conns_per_client=_positive_int(env, "LC_HTTP_MAX_CONNS_PER_CLIENT", 512),
         worker_ttl=_positive_float(env, "LC_WORKER_TTL", 7 * 24 * 3600.0),
+        index_max_bytes=_positive_int(env, "LC_INDEX_MAX_BYTES", DEFAULT_INDEX_BYTES),
+        index_max_lines=_positive_int(env, "LC_INDEX_MAX_LINES", DEFAULT_INDEX_LINES),
+        model_max_bytes=_positive_int(env, "LC_MODEL_MAX_BYTES", DEFAULT_MODEL_BYTES),
     )
 
 

@@ -14,7 +14,9 @@ Snapshots: the reader collects the keys upserted between `snapshot begin` and `e
 queues a sweep marker carrying them. When the applier reaches the marker every earlier
 operation has been applied, so the store holds exactly what was applied; the sweep
 deletes each stored object that the snapshot did not name and that has no newer
-operation still queued behind the marker.
+operation still queued behind the marker. Then a sink that listens (`SnapshotListener`, the
+LocalController) learns that every object it still holds exists at the GM: work on objects
+it replayed from its store at start may begin.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from lc.errors import ResourceError, StoreError
 from proto import ObjKey
@@ -40,6 +42,13 @@ class ObjectSink(Protocol):
     async def apply_upsert(self, kind: str, namespace: str, name: str, obj: dict[str, Any]) -> None: ...
 
     async def apply_delete(self, kind: str, namespace: str, name: str) -> None: ...
+
+
+@runtime_checkable
+class SnapshotListener(Protocol):
+    """A sink that wants to know when a whole snapshot has been applied."""
+
+    def snapshot_applied(self) -> None: ...
 
 
 StoredKeys = Callable[[], Awaitable[Iterable[ObjKey]]]
@@ -202,3 +211,5 @@ class DownstreamApplier:
         self.stats.swept += len(gone)
         if gone:
             event(log, "snapshot removed objects", count=len(gone))
+        if isinstance(self._sink, SnapshotListener):
+            self._sink.snapshot_applied()

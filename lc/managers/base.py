@@ -8,6 +8,10 @@ A manager's per-object background work (a dataset monitor) runs under `supervise
 policy is restart with backoff, since one object's monitor crashing on a bug must not
 end that object's reports for the life of the LC. The manager owns and cancels the
 returned supervisor task as it would the plain task.
+
+Managers whose work opens files the objects name (dataset monitors, learning jobs) share a
+`FileWork`: the caps, the daemon threads that read (lc/files.py), and the `Confirmations` that
+hold a stored object's work until the GM has confirmed the object still exists.
 """
 
 from __future__ import annotations
@@ -16,9 +20,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
+from lc.files import DEFAULT_LIMITS, FileLimits, Workers
 from lc.report import WorkerReport
+from shared.apis import canonical_kind
 from shared.tasks import Restart, Supervised
 
 log = logging.getLogger("lc.managers")
@@ -72,3 +79,75 @@ async def every(period: Callable[[], float], wake: asyncio.Event,
         await step()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(wake.wait(), period())
+
+
+ObjectKey = tuple[str, str, str]  # (canonical kind, namespace, name)
+
+
+class Confirmations:
+    """Which objects the GM has confirmed since this LC started.
+
+    At start the LC replays its stored objects into the managers (a restarted LC resumes
+    without the GM), but an object may have been deleted while the LC was away, and its
+    index may be a FIFO the user has since been told about. Work that opens the files an
+    object names therefore waits here until the GM confirms the object: it sent the object
+    (any upsert, which is also how an upstream GM, which sends no snapshot, confirms), or a
+    snapshot was applied (whatever it left out has been deleted by then), or the LC has no
+    GM at all (`everything=True`: what is stored is all there is).
+
+    Invariant: `_confirmed` and `_waiting` only hold keys while `_everything` is False.
+    """
+
+    __slots__ = ("_everything", "_confirmed", "_waiting")
+
+    def __init__(self, *, everything: bool = False) -> None:
+        self._everything = everything
+        self._confirmed: set[ObjectKey] = set()
+        self._waiting: dict[ObjectKey, asyncio.Event] = {}
+
+    @property
+    def everything(self) -> bool:
+        return self._everything
+
+    def confirm(self, kind: str, namespace: str, name: str) -> None:
+        """The GM sent this object."""
+        if self._everything:
+            return
+        key = (canonical_kind(kind), namespace, name)
+        self._confirmed.add(key)
+        waiting = self._waiting.pop(key, None)
+        if waiting is not None:
+            waiting.set()
+
+    def confirm_all(self) -> None:
+        """A snapshot was applied, or there is no GM: every object the LC holds exists."""
+        self._everything = True
+        self._confirmed.clear()
+        waiting, self._waiting = self._waiting, {}
+        for event in waiting.values():
+            event.set()
+
+    def forget(self, kind: str, namespace: str, name: str) -> None:
+        """The object left this node (a new one under its name needs the GM's word again)."""
+        key = (canonical_kind(kind), namespace, name)
+        self._confirmed.discard(key)
+        self._waiting.pop(key, None)
+
+    def confirmed(self, kind: str, namespace: str, name: str) -> bool:
+        return self._everything or (canonical_kind(kind), namespace, name) in self._confirmed
+
+    async def wait(self, kind: str, namespace: str, name: str) -> None:
+        """Return once the object is confirmed."""
+        if self.confirmed(kind, namespace, name):
+            return
+        key = (canonical_kind(kind), namespace, name)
+        await self._waiting.setdefault(key, asyncio.Event()).wait()
+
+
+@dataclass(frozen=True, slots=True)
+class FileWork:
+    """What the managers that open user-named files share (one per LC)."""
+
+    limits: FileLimits = DEFAULT_LIMITS
+    workers: Workers = field(default_factory=Workers)
+    confirmations: Confirmations = field(default_factory=lambda: Confirmations(everything=True))

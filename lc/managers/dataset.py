@@ -13,64 +13,103 @@ The last reported count belongs to one Dataset object, identified by its uid: a 
 deleted and recreated under the same name (while this LC was away, say) is a new object
 whose status has no count yet, so its count is reported again even if it is unchanged.
 
-A missing, unreadable or refused index file is the user's data, not a fault of the LC:
-it is logged at WARNING when it first appears or changes, not on every period.
+The index is read through lc/files.py: a FIFO, device, socket or directory is refused
+without being read, a file over LC_INDEX_MAX_BYTES or LC_INDEX_MAX_LINES is refused whole
+(never partly counted), and the read runs in chunks in a daemon thread, so deleting the
+Dataset or stopping the LC ends it after at most one chunk. A stored Dataset is counted only
+once the GM has confirmed it still exists (lc/managers/base.py `Confirmations`).
+
+A missing, unreadable or refused index file is the user's data, not a fault of the LC: it
+is logged at WARNING and reported to the GM, when it first appears or changes, as
+`{"numberOfSamples": <last count>, "error": {"reason", "message"}}`. Two are only logged, as
+upstream does: a path that leaves the mount (its message names the LC's mount point), and a
+missing index file (a Dataset is often created before its data arrives), unless it replaces
+a problem already reported, which would otherwise stay on the Dataset describing a file that
+is gone; the GM turns it into
+the Dataset's `IndexReadable` condition and a Warning Event. Upstream's GM reads only
+`numberOfSamples` from that body, which keeps the last count. After an error, the next
+successful count is reported even if unchanged, so the GM can clear the condition.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import threading
 from typing import Any
 from urllib.parse import urlsplit
 
-from lc.errors import DatasetError, StoreError
-from lc.managers.base import Outgoing, every, supervise
+from lc import files
+from lc.errors import DatasetError, PathEscapeError, StoreError
+from lc.files import DEFAULT_LIMITS, Caps, FileLimits, FileRefused
+from lc.managers.base import FileWork, Outgoing, every, supervise
 from lc.report import WorkerReport
 from lc.rootfs import host_to_local
 from lc.store import Store
 from shared.logs import event
+from shared.text import clip
 
 log = logging.getLogger(__name__)
 
 KIND = "Dataset"
 FORMATS = ("txt", "csv")
-_CHUNK = 1 << 20
+MAX_MESSAGE = 512  # characters of an error message sent to the GM
+MISSING = files.FileMissing.reason
+Problem = dict[str, str]  # {"reason": CamelCase word, "message": text}
 
 
-def count_lines(path: str) -> int:
+class IndexRefused(DatasetError):
+    """The index file cannot be counted; `reason` says why in one CamelCase word."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def reason_of(exc: DatasetError) -> str | None:
+    """The condition reason for a dataset that cannot be counted; None for a path that
+    leaves the mount, which is only logged (its message names the LC's mount point)."""
+    if isinstance(exc, IndexRefused):
+        return exc.reason
+    if isinstance(exc, PathEscapeError):
+        return None
+    return "InvalidDataset"
+
+
+def count_lines(path: str, caps: Caps = DEFAULT_LIMITS.index, *, name: str | None = None,
+                stop: threading.Event | None = None) -> int:
     """Lines as Go's bufio.Scanner sees them: a final newline adds no empty line."""
-    lines, last = 0, b"\n"
     try:
-        with open(path, "rb") as f:
-            while chunk := f.read(_CHUNK):
-                lines += chunk.count(b"\n")
-                last = chunk[-1:]
-    except FileNotFoundError:
-        raise DatasetError(f"index file {path} does not exist") from None
-    except IsADirectoryError:
-        raise DatasetError(f"index file {path} is a directory") from None
-    except OSError as exc:
-        raise DatasetError(f"cannot read index file {path}: {exc.strerror}") from None
-    return lines + (last != b"\n")
+        return files.count_lines(path, caps, what="index file", name=name, stop=stop)
+    except FileRefused as exc:
+        raise IndexRefused(str(exc), reason=exc.reason) from None
 
 
-def count_samples(path: str, fmt: str) -> int:
+def count_samples(path: str, fmt: str, caps: Caps = DEFAULT_LIMITS.index, *,
+                  name: str | None = None, stop: threading.Event | None = None) -> int:
     """Samples in an index file of format txt (all lines) or csv (lines after the header)."""
     fmt = fmt.lower()
     if fmt not in FORMATS:
         raise DatasetError(f"dataset format {fmt!r} is not supported (txt or csv)")
-    lines = count_lines(path)
+    lines = count_lines(path, caps, name=name, stop=stop)
     if fmt == "txt":
         return lines
     if lines == 0:
-        raise DatasetError(f"csv index file {path} is empty: it needs a header line")
+        raise IndexRefused(f"csv index file {name or path} is empty: it needs a header line",
+                           reason="MissingHeader")
     return lines - 1
 
 
 def index_path(obj: dict[str, Any], rootfs: str) -> tuple[str, str]:
     """(local index path, format) for a Dataset object; DatasetError if unusable."""
+    url, fmt = index_url(obj)
+    return host_to_local(rootfs, url), fmt
+
+
+def index_url(obj: dict[str, Any]) -> tuple[str, str]:
+    """(host index path, format) of a Dataset object; DatasetError if unusable."""
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         raise DatasetError("dataset has no spec")
@@ -84,7 +123,7 @@ def index_path(obj: dict[str, Any], rootfs: str) -> tuple[str, str]:
         raise DatasetError(f"s3 dataset {url} is not supported by this LC yet")
     if scheme:
         raise DatasetError(f"dataset URL scheme {scheme!r} is not supported (local path or s3)")
-    return host_to_local(rootfs, url), fmt
+    return url, fmt
 
 
 def uid_of(obj: dict[str, Any]) -> str:
@@ -94,27 +133,35 @@ def uid_of(obj: dict[str, Any]) -> str:
     return uid if isinstance(uid, str) else ""
 
 
-def scan(obj: dict[str, Any], rootfs: str) -> int:
-    """Count the samples of a Dataset object now (blocking file I/O)."""
-    path, fmt = index_path(obj, rootfs)
-    return count_samples(path, fmt)
+def scan(obj: dict[str, Any], rootfs: str, *, limits: FileLimits = DEFAULT_LIMITS,
+         stop: threading.Event | None = None) -> int:
+    """Count the samples of a Dataset object now (blocking file I/O; errors name the host path)."""
+    url, fmt = index_url(obj)
+    return count_samples(host_to_local(rootfs, url), fmt, limits.index, name=url, stop=stop)
 
 
 class DatasetMonitor:
     """One dataset's periodic re-count; reports to the outbox when the count changes."""
 
     def __init__(self, store: Store, namespace: str, name: str, obj: dict[str, Any], *,
-                 rootfs: str, period: float, reported: int) -> None:
+                 rootfs: str, period: float, reported: int, error: Problem | None = None,
+                 work: FileWork | None = None) -> None:
         self.namespace, self.name = namespace, name
         self.obj = obj
         self.reported = reported  # last count the GM was sent (0 = none, as upstream)
+        self.error = error  # the problem last reported to the GM, None once a count cleared it
         self._store = store
         self._rootfs = rootfs
         self._period = period
+        self._work = work or FileWork()
         self._wake = asyncio.Event()
         self._scanning = asyncio.Lock()  # one count at a time: no duplicate reports
         self._last_error: str | None = None
         self.scans = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
 
     def update(self, obj: dict[str, Any]) -> None:
         """Take a newer object; re-count at once if its spec changed or it is a new object."""
@@ -122,49 +169,68 @@ class DatasetMonitor:
         changed = replaced or obj.get("spec") != self.obj.get("spec")
         self.obj = obj
         if replaced:
-            self.reported = 0  # the new object's status has no count yet
+            self.reported, self.error = 0, None  # the new object's status has neither yet
         if changed:
             self._wake.set()
 
     async def run(self) -> None:
-        """Scan now and then every period (or sooner when woken) until cancelled."""
+        """Once the GM confirmed the dataset, scan now and then every period (or sooner when
+        woken) until cancelled."""
+        await self._work.confirmations.wait(KIND, self.namespace, self.name)
         await every(lambda: self._period, self._wake, self.scan_once)
 
     async def scan_once(self) -> None:
-        """One pass: count, and report upstream if the count changed."""
+        """One pass: count, and report upstream if the count or the problem changed."""
         async with self._scanning:
             await self._scan()
 
     async def _scan(self) -> None:
-        key = f"{self.namespace}/{self.name}"
+        stop = threading.Event()
         try:
-            count = await asyncio.to_thread(scan, self.obj, self._rootfs)
+            count = await self._work.workers.run(
+                functools.partial(scan, self.obj, self._rootfs, limits=self._work.limits, stop=stop),
+                stop=stop, name=f"dataset-scan:{self.key}")
         except DatasetError as exc:
-            self._log_error(key, str(exc))
+            await self._failed(exc)
             return
         finally:
             self.scans += 1
         self._last_error = None
-        if count != self.reported:
-            await self._report(key, count)
+        if count != self.reported or self.error is not None:
+            await self._report(count, None)
 
-    async def _report(self, key: str, count: int) -> None:
+    async def _failed(self, exc: DatasetError) -> None:
+        self._log_error(str(exc))
+        reason = reason_of(exc)
+        if reason is None or (reason == MISSING and self.error is None):
+            return  # only logged (see the module docstring)
+        problem = {"reason": reason, "message": clip(str(exc), MAX_MESSAGE)}
+        if problem != self.error:
+            await self._report(self.reported, problem)
+
+    async def _report(self, count: int, problem: Problem | None) -> None:
+        body: dict[str, Any] = {"numberOfSamples": count}
+        state: dict[str, Any] = {"reported": count, "uid": uid_of(self.obj)}
+        if problem is not None:
+            body["error"] = state["error"] = problem
         try:
-            # Outbox first: a crash between the two writes only resends the same count.
-            await self._store.append_report(KIND, self.namespace, self.name,
-                                            {"numberOfSamples": count})
-            await self._store.put_state(KIND, self.namespace, self.name,
-                                        {"reported": count, "uid": uid_of(self.obj)})
+            # Outbox first: a crash between the two writes only resends the same report.
+            await self._store.append_report(KIND, self.namespace, self.name, body)
+            await self._store.put_state(KIND, self.namespace, self.name, state)
         except StoreError as exc:
-            self._log_error(key, f"cannot queue sample count: {exc}")
+            self._log_error(f"cannot queue the dataset report: {exc}")
             return
-        event(log, "dataset samples changed", key=key, samples=count, previous=self.reported)
-        self.reported = count
+        if problem is None:
+            event(log, "dataset samples changed", key=self.key, samples=count,
+                  previous=self.reported)
+        else:
+            event(log, "dataset problem reported", key=self.key, reason=problem["reason"])
+        self.reported, self.error = count, problem
 
-    def _log_error(self, key: str, error: str) -> None:
+    def _log_error(self, error: str) -> None:
         # Logged when the error first appears or changes, not on every period.
         if error != self._last_error:
-            event(log, "dataset scan failed", level=logging.WARNING, key=key, error=error)
+            event(log, "dataset scan failed", level=logging.WARNING, key=self.key, error=error)
         self._last_error = error
 
 
@@ -174,10 +240,12 @@ class DatasetManager:
     kind = KIND
     takes_reports = False
 
-    def __init__(self, store: Store, *, rootfs: str, period: float) -> None:
+    def __init__(self, store: Store, *, rootfs: str, period: float,
+                 work: FileWork | None = None) -> None:
         self._store = store
         self._rootfs = rootfs
         self._period = period
+        self._work = work or FileWork()
         self._monitors: dict[tuple[str, str], tuple[DatasetMonitor, asyncio.Task[None]]] = {}
 
     def monitor(self, namespace: str, name: str) -> DatasetMonitor | None:
@@ -189,17 +257,21 @@ class DatasetManager:
         if entry is not None:
             entry[0].update(obj)
             return
+        reported, error = await self._reported(namespace, name, obj)
         monitor = DatasetMonitor(self._store, namespace, name, obj, rootfs=self._rootfs,
-                                 period=self._period, reported=await self._reported(namespace, name, obj))
+                                 period=self._period, reported=reported, error=error,
+                                 work=self._work)
         task = supervise(monitor.run, name=f"dataset-monitor:{namespace}/{name}")
         self._monitors[(namespace, name)] = (monitor, task)
 
-    async def _reported(self, namespace: str, name: str, obj: dict[str, Any]) -> int:
-        """The count last reported for this very object (same uid), else 0."""
+    async def _reported(self, namespace: str, name: str,
+                        obj: dict[str, Any]) -> tuple[int, Problem | None]:
+        """The count and problem last reported for this very object (same uid), else (0, None)."""
         state = await self._store.get_state(KIND, namespace, name) or {}
         if state.get("uid", "") != uid_of(obj):
-            return 0
-        return int(state.get("reported", 0))
+            return 0, None
+        error = state.get("error")
+        return int(state.get("reported", 0)), error if isinstance(error, dict) else None
 
     async def delete(self, namespace: str, name: str) -> None:
         entry = self._monitors.pop((namespace, name), None)

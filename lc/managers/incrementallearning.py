@@ -21,6 +21,8 @@ use the Model objects the GM sends with the job (upstream-lc.md sections 4.5.4-4
   one the GM mounts (`sedna.io/model-hot-update-config`, else the path the GM derives); a
   path outside `/var/lib/sedna/model-hot-update` is refused, since the LC writes there and
   removes the job's directory when the job leaves the node.
+A copy takes only a regular model file within LC_MODEL_MAX_BYTES, and every file is written
+through a temporary file created afresh (lc/files.py).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ import posixpath
 import shutil
 from typing import Any
 
+from lc import files
+from lc.files import FileRefused
 from lc.managers.learning import (
     SILENT,
     Body,
@@ -38,7 +42,6 @@ from lc.managers.learning import (
     LearningKind,
     Tick,
     annotation_of,
-    copy_model,
     deploy_stats,
     matching_model,
     model_of,
@@ -134,8 +137,7 @@ class IncrementalLearning(LearningKind):
             raise LearningError(f"no trained model of format {deployed.format!r} to hot update")
         config = hot_update_config(job)
         model_file = posixpath.basename(str(trained["url"]).rstrip("/"))
-        copy_model(trained["url"], posixpath.join(posixpath.dirname(config), model_file),
-                   tick.rootfs)
+        tick.copy_model(trained["url"], posixpath.join(posixpath.dirname(config), model_file))
         self._replace_models(tick, trained, deployed)
         write_hot_update_config(host_to_local(tick.rootfs, config), model_file,
                                 tick.now.isoformat())
@@ -162,7 +164,7 @@ class IncrementalLearning(LearningKind):
         return "Ready"
 
     def _replace_models(self, tick: Tick, trained: dict[str, Any], deployed: ModelInfo) -> None:
-        copy_model(trained["url"], deployed.url, tick.rootfs)
+        tick.copy_model(trained["url"], deployed.url)
         evaluated = self._eval_model(tick.job)
         if evaluated is None:
             return
@@ -171,7 +173,7 @@ class IncrementalLearning(LearningKind):
         if same is None:
             raise LearningError(f"no trained model of format {evaluated.format!r} for the "
                                 f"eval model")
-        copy_model(same["url"], evaluated.url, tick.rootfs)
+        tick.copy_model(same["url"], evaluated.url)
 
 
 def hot_update_config(job: dict[str, Any]) -> str:
@@ -192,12 +194,12 @@ def write_hot_update_config(path: str, model_file: str, when: str) -> None:
     """Replace the config file whole (the worker may read it at any moment)."""
     config = {"model_config": {"model_path": f"{HOT_UPDATE_MOUNT}/{model_file}",
                                "model_update_time": when}}
-    tmp = f"{path}.tmp"
+    data = json.dumps(config, indent=1, sort_keys=True).encode()
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(json.dumps(config, indent=1, sort_keys=True))
-        os.replace(tmp, path)
+        files.replace_file(path, [data], what="model hot update config")
     except OSError as exc:
         raise LearningError(f"cannot write model hot update config {path}: "
                             f"{exc.strerror}") from None
+    except FileRefused as exc:
+        raise LearningError(str(exc)) from None

@@ -27,7 +27,12 @@ Where this departs from upstream, on purpose (upstream-lc.md section 5):
   timer compares clock times, not strings;
 - eval samples are the new eval samples of the last five rounds, each once (B-23); txt and
   csv datasets work for both kinds, the format case-insensitively (B-27); copies truncate
-  (B-6).
+  (B-6);
+- files go through lc/files.py: the index is read and models are copied only if they are
+  regular files within the LC's caps (a FIFO, a device or an oversized file is an error the
+  stage reports or the job logs), in chunks on daemon threads, so a deleted job or a
+  stopping LC ends a read or copy after one chunk; a stored job ticks only once the GM has
+  confirmed it still exists (lc/managers/base.py `Confirmations`).
 Not here: s3 outputs and datasets (no S3 client, an error logged once), so
 `dataIndexURL` is never sent.
 """
@@ -37,11 +42,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import math
 import os
 import re
-import shutil
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -51,9 +57,11 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from lc import files
 from lc.errors import LCError, StoreError
-from lc.managers.base import Outgoing, every, supervise
-from lc.managers.dataset import index_path, uid_of
+from lc.files import DEFAULT_LIMITS, Caps, FileLimits, FileRefused
+from lc.managers.base import FileWork, Outgoing, every, supervise
+from lc.managers.dataset import index_url, uid_of
 from lc.managers.forward import status_body
 from lc.report import WorkerReport
 from lc.rootfs import host_to_local
@@ -355,14 +363,16 @@ class JobState:
         return cls(**{k: v for k, v in raw.items() if k in names})
 
 
-def read_samples(dataset: dict[str, Any], rootfs: str) -> tuple[list[str], str]:
+def read_samples(dataset: dict[str, Any], rootfs: str, *, limits: FileLimits = DEFAULT_LIMITS,
+                 stop: threading.Event | None = None) -> tuple[list[str], str]:
     """(sample lines, csv header or "") of a Dataset's index file (blocking file I/O)."""
-    path, fmt = index_path(dataset, rootfs)
+    url, fmt = index_url(dataset)
     try:
-        with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
-            text = f.read()
-    except OSError as exc:
-        raise LearningError(f"cannot read index file {path}: {exc.strerror}") from None
+        data = files.read_bytes(host_to_local(rootfs, url), limits.index, what="index file",
+                                name=url, stop=stop)
+    except FileRefused as exc:
+        raise LearningError(str(exc)) from None
+    text = data.decode("utf-8", errors="surrogateescape")
     lines = [line.removesuffix("\r") for line in text.split("\n")]
     if lines and lines[-1] == "":
         lines.pop()
@@ -384,7 +394,8 @@ def split_new(state: JobState, lines: list[str], header: str, train_prob: float)
     return True
 
 
-def write_samples(directory: str, samples: list[str], fmt: str, header: str) -> str:
+def write_samples(directory: str, samples: list[str], fmt: str, header: str, *,
+                  stop: threading.Event | None = None) -> str:
     """Write `samples` as `data.txt` or `data.csv` (header first) in `directory`, created
     if needed, replacing any earlier file whole; returns the file's name."""
     fmt = fmt.lower()
@@ -392,30 +403,32 @@ def write_samples(directory: str, samples: list[str], fmt: str, header: str) -> 
         raise LearningError(f"dataset format {fmt!r} cannot be written (txt or csv)")
     name = f"data.{fmt}"
     lines = ([header] if fmt == "csv" else []) + samples
+    data = "".join(line + "\n" for line in lines).encode("utf-8", errors="surrogateescape")
     try:
         os.makedirs(directory, exist_ok=True)
-        tmp = os.path.join(directory, f".{name}.tmp")
-        with open(tmp, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
-            f.writelines(line + "\n" for line in lines)
-        os.replace(tmp, os.path.join(directory, name))
+        files.replace_file(os.path.join(directory, name), [data], what="samples file", stop=stop)
     except OSError as exc:
         raise LearningError(f"cannot write samples in {directory}: {exc.strerror}") from None
+    except FileRefused as exc:
+        raise LearningError(f"cannot write samples in {directory}: {exc.detail}") from None
     return name
 
 
-def copy_model(source: str, target: str, rootfs: str) -> None:
-    """Copy a model file between host paths under the rootfs, replacing the target whole."""
+def copy_model(source: str, target: str, rootfs: str, *, caps: Caps = DEFAULT_LIMITS.model,
+               stop: threading.Event | None = None) -> None:
+    """Copy a model file between host paths under the rootfs, replacing the target whole; the
+    source must be a regular file within `caps`."""
     for url in (source, target):
         if urlsplit(url).scheme:
             raise LearningError(f"model URL {url} is not a local path (no S3 client here)")
     src, dst = host_to_local(rootfs, source), host_to_local(rootfs, target)
     try:
         os.makedirs(os.path.dirname(dst), exist_ok=True)
-        tmp = f"{dst}.tmp"
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
+        files.copy_file(src, dst, caps, what="model", names=(source, target), stop=stop)
     except OSError as exc:
         raise LearningError(f"cannot copy model {source} to {target}: {exc.strerror}") from None
+    except FileRefused as exc:
+        raise LearningError(f"cannot copy model {source} to {target}: {exc}") from None
 
 
 def output_dir(job: dict[str, Any]) -> str:
@@ -478,14 +491,18 @@ def stage_failed(job: dict[str, Any], stage: str, why: str) -> Body:
 
 @dataclass(slots=True)
 class Tick:
-    """What a stage task sees: the job, its state (a copy the task may change) and the
-    node's paths. A task returns the report to make, or None to look again next tick."""
+    """What a stage task sees: the job, its state (a copy the task may change), the node's
+    paths and file caps, and the flag set when the tick is cancelled (the task runs in a
+    thread of its own; file work checks the flag between chunks). A task returns the report
+    to make, or None to look again next tick."""
 
     job: dict[str, Any]
     state: JobState
     rootfs: str
     now: datetime
     dataset_format: str
+    limits: FileLimits = DEFAULT_LIMITS
+    stop: threading.Event = field(default_factory=threading.Event)
 
     @property
     def out(self) -> str:
@@ -495,8 +512,12 @@ class Tick:
         """Write samples to `<out>/data/<subdir>/<round>/`; returns the file's host path."""
         directory = f"{self.out}/data/{subdir}/{self.state.rounds}"
         name = write_samples(host_to_local(self.rootfs, directory), samples,
-                             self.dataset_format, self.state.header)
+                             self.dataset_format, self.state.header, stop=self.stop)
         return f"{directory}/{name}"
+
+    def copy_model(self, source: str, target: str) -> None:
+        """Copy a model between host paths (see `copy_model`) within the model cap."""
+        copy_model(source, target, self.rootfs, caps=self.limits.model, stop=self.stop)
 
 
 class LearningKind:
@@ -558,7 +579,8 @@ class LearningJob:
     """One job's periodic tick: take new samples, decide the current stage, report once."""
 
     def __init__(self, store: Store, learning: LearningKind, namespace: str, name: str,
-                 obj: dict[str, Any], state: JobState, *, rootfs: str, node: str) -> None:
+                 obj: dict[str, Any], state: JobState, *, rootfs: str, node: str,
+                 work: FileWork | None = None) -> None:
         self.namespace, self.name = namespace, name
         self.obj = obj
         self.state = state
@@ -567,6 +589,7 @@ class LearningJob:
         self._learning = learning
         self._rootfs = rootfs
         self._node = node
+        self._work = work or FileWork()
         self._wake = asyncio.Event()
         self._ticking = asyncio.Lock()  # one tick at a time: no duplicate reports
         self._last_error: str | None = None
@@ -583,7 +606,9 @@ class LearningJob:
         self._wake.set()
 
     async def run(self) -> None:
-        """Decide now and then every train-trigger check period (or when the GM sends a newer job)."""
+        """Once the GM confirmed the job, decide now and then every train-trigger check period
+        (or when the GM sends a newer job)."""
+        await self._work.confirmations.wait(self._learning.kind, self.namespace, self.name)
         await every(lambda: self._learning.check_period(self.obj), self._wake, self.tick)
 
     async def tick(self, now: datetime | None = None) -> None:
@@ -609,8 +634,9 @@ class LearningJob:
         fmt = str(spec_field(dataset or {}, "format") or "txt")
         tick = Tick(job, dataclasses.replace(self.state, train=list(self.state.train),
                                              evals=[list(v) for v in self.state.evals]),
-                    self._rootfs, now, fmt)
-        body = await asyncio.to_thread(task, tick)
+                    self._rootfs, now, fmt, limits=self._work.limits)
+        body = await self._work.workers.run(functools.partial(task, tick), stop=tick.stop,
+                                            name=f"learning-stage:{self.key}")
         if body is not None:
             tick.state.done = stage.token
             await self._commit(tick.state, body)
@@ -663,7 +689,10 @@ class LearningJob:
 
     async def _take_samples(self, job: dict[str, Any], dataset: dict[str, Any]) -> None:
         prob = train_prob(job)
-        lines, header = await asyncio.to_thread(read_samples, dataset, self._rootfs)
+        stop = threading.Event()
+        lines, header = await self._work.workers.run(
+            functools.partial(read_samples, dataset, self._rootfs, limits=self._work.limits,
+                              stop=stop), stop=stop, name=f"learning-samples:{self.key}")
         if split_new(self.state, lines, header, prob):
             await self._store.put_state(self._learning.kind, self.namespace, self.name,
                                         self.state.to_json())
@@ -681,17 +710,20 @@ class LearningManager:
     (train/eval completions with their models, deploy results) as upstream does.
 
     Jobs tick only once `start` ran, i.e. after the LC resumed every stored object: a job
-    resumed before its Models would otherwise decide on a partial view of the node."""
+    resumed before its Models would otherwise decide on a partial view of the node. A stored
+    job then waits for the GM's confirmation too (see `LearningJob.run`)."""
 
     takes_reports = True
     include_models = True
 
-    def __init__(self, learning: LearningKind, store: Store, *, rootfs: str, node: str) -> None:
+    def __init__(self, learning: LearningKind, store: Store, *, rootfs: str, node: str,
+                 work: FileWork | None = None) -> None:
         self.kind = learning.kind
         self._learning = learning
         self._store = store
         self._rootfs = rootfs
         self._node = node
+        self._work = work or FileWork()
         self._started = False
         self._jobs: dict[tuple[str, str], LearningJob] = {}
         self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}  # once started
@@ -718,7 +750,8 @@ class LearningManager:
             stored = None
         self._jobs[(namespace, name)] = LearningJob(
             self._store, self._learning, namespace, name, obj,
-            JobState.from_json(stored, uid_of(obj)), rootfs=self._rootfs, node=self._node)
+            JobState.from_json(stored, uid_of(obj)), rootfs=self._rootfs, node=self._node,
+            work=self._work)
         if self._started:
             self._run((namespace, name))
 
@@ -735,7 +768,9 @@ class LearningManager:
         if job is None:
             return
         try:
-            await asyncio.to_thread(self._learning.forget, job.obj, self._rootfs)
+            await self._work.workers.run(
+                functools.partial(self._learning.forget, job.obj, self._rootfs),
+                stop=threading.Event(), name=f"learning-forget:{namespace}/{name}")
         except LearningError as exc:
             event(log, "learning job files not removed", level=logging.WARNING,
                   key=f"{namespace}/{name}", kind=self.kind, error=str(exc))

@@ -8,7 +8,7 @@ fixed deploy model `<outputDir>/deploy/index.pkl`. Where upstream sends a `null`
 when no trained model exists, or retries a failed copy silently forever, the stage is
 reported Failed so the GM restarts the cycle. Deploy is decided on Deploy/Waiting only, as
 for IL: upstream decides on any Deploy condition and relies on a flag it resets only in
-Train/Waiting.
+Train/Waiting. The copy takes only a regular file within LC_MODEL_MAX_BYTES (lc/files.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from lc.managers.learning import (
     LearningError,
     LearningKind,
     Tick,
-    copy_model,
     reported_models,
     stage_body,
     stage_failed,
@@ -48,7 +47,7 @@ class LifelongLearning(LearningKind):
             return stage_body("Deploy", "Completed")
         first = models[0]
         try:
-            copy_model(str(first.get("url", "")), f"{tick.out}/{DEPLOY_MODEL}", tick.rootfs)
+            tick.copy_model(str(first.get("url", "")), f"{tick.out}/{DEPLOY_MODEL}")
         except LearningError as exc:
             return stage_failed(tick.job, "Deploy", str(exc))
         model = {"format": first.get("format", ""), "url": first.get("url", ""), "classes": None}

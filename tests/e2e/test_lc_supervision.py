@@ -178,11 +178,11 @@ async def test_a_dataset_monitor_that_raises_is_restarted_and_scans_again(datase
     real_scan = lc.managers.dataset.scan
     calls: list[str] = []
 
-    def scan_broken_once(obj, root):
+    def scan_broken_once(obj, root, **options):
         calls.append(obj["metadata"]["name"])
         if len(calls) == 1:
             raise RuntimeError("scanner bug")  # not a DatasetError: the monitor's run dies
-        return real_scan(obj, root)
+        return real_scan(obj, root, **options)
 
     monkeypatch.setattr(lc.managers.dataset, "scan", scan_broken_once)
     await manager.upsert("default", "d1", dataset("d1", "/data/d1.txt"))
