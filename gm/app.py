@@ -166,8 +166,11 @@ class GlobalManager:
         self.edge = EdgeObjects(self.informers, kinds=kinds, annotations={
             d.kind: d.edge_annotations for d in self.declarations if d.edge_annotations is not None})
         self.pipeline = StatusPipeline(self.status_writer)
+        events = EventRecorder(self.client, component="dataset-controller", metrics=self.kube_metrics)
+        self.recorders.append(events)  # Warning Events about Dataset indexes the LC cannot read
         self.hub = Hub(self.edge, UpstreamStatus(self.pipeline, rules=[
-            (d.api, d.report) for d in self.declarations if d.report is not None]), auth=self._node_auth())
+            (d.api, d.report) for d in self.declarations if d.report is not None], events=events),
+            auth=self._node_auth())
         self.edge.bind(self.hub.notify_changed)
 
     def _node_auth(self) -> NodeAuth:

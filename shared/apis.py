@@ -241,7 +241,7 @@ _LEARNING_STAGES = (
 
 DATASET = _declare(
     "Dataset", "datasets", (), placement=place_dataset,
-    node_paths=(("spec", "nodeName"),), synced_to_edge=True,
+    node_paths=(("spec", "nodeName"),), condition_types=("IndexReadable",), synced_to_edge=True,
 )
 MODEL = _declare("Model", "models", (), placement=place_model, synced_to_edge=True)
 JOINT_INFERENCE = _declare(

@@ -22,6 +22,11 @@ from shared.objects import find_condition, set_condition
 
 TRAINING = "Training"
 DO_TRAINING = "DoTraining"
+INDEX_READABLE = "IndexReadable"
+INDEX_COUNTED = "Counted"
+_CONDITION_REASON = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")  # as metav1.Condition
+_MAX_REASON = 128
+MAX_CONDITION_MESSAGE = 1024
 _ROUND_MESSAGE = re.compile(r"Round (\d+) reaches at ")
 _MAX_COUNT = 2**63 - 1
 _FINISHED_TYPES = ("Complete", "Failed")
@@ -123,6 +128,41 @@ def parse_dataset_report(body: Mapping[str, Any]) -> int:
     return count
 
 
+@dataclass(frozen=True, slots=True)
+class IndexProblem:
+    """Why the LC could not count a Dataset's index (a CamelCase reason and a message)."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetReport:
+    """A Dataset report: the sample count, and the index problem when the LC could not count.
+
+    Our LC sends `{"numberOfSamples": N, "error": {"reason", "message"}}` when the index
+    cannot be read, N being the last count it reported; upstream's GM decodes only
+    `numberOfSamples` (Go ignores unknown fields), so the same body keeps the count there."""
+
+    count: int
+    problem: IndexProblem | None = None
+
+
+def parse_dataset_status(body: Mapping[str, Any]) -> DatasetReport:
+    """`numberOfSamples` and the optional `error` of a Dataset report."""
+    count = parse_dataset_report(body)
+    error = _optional_map(field(body, "error"), "error")
+    if error is None:
+        return DatasetReport(count)
+    reason, message = field(error, "reason"), field(error, "message")
+    if not isinstance(reason, str) or len(reason) > _MAX_REASON or not _CONDITION_REASON.match(reason):
+        raise ReportInvalid(f"error.reason must be a CamelCase word of at most {_MAX_REASON} "
+                            f"characters, got {reason!r:.140}")
+    if not isinstance(message, str):
+        raise ReportInvalid(f"error.message must be a string, got {_type_name(message)}")
+    return DatasetReport(count, IndexProblem(reason, message[:MAX_CONDITION_MESSAGE]))
+
+
 def _output(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return _optional_map(field(body, "output"), "output")
 
@@ -210,6 +250,41 @@ def set_sample_count(status: dict[str, Any], count: int, *, now: str) -> dict[st
         status["numberOfSamples"] = count
         status["updateTime"] = now
     return status
+
+
+class DatasetStatusUpdate:
+    """The status mutation of one Dataset report: the sample count (`set_sample_count`; a
+    problem report carries the LC's last count, so it is the latest value as for upstream) and
+    the `IndexReadable` condition: False with the LC's reason and message when the report
+    carries a problem, True again once a report without one arrives (a Dataset that never
+    had a problem gets no condition, so upstream LCs' reports change nothing new).
+
+    `raised` says whether the last run put a new or different problem into the condition;
+    the run that was written is the last one, so after the write it tells whether the
+    report deserves a Warning Event."""
+
+    __slots__ = ("report", "now", "raised")
+
+    def __init__(self, report: DatasetReport, *, now: str) -> None:
+        self.report = report
+        self.now = now
+        self.raised = False
+
+    def __call__(self, status: dict[str, Any]) -> dict[str, Any]:
+        status = set_sample_count(status, self.report.count, now=self.now)
+        conditions = status.get("conditions") or []
+        old = find_condition(conditions, INDEX_READABLE)
+        problem = self.report.problem
+        self.raised = problem is not None and (old is None or (
+            old.get("status"), old.get("reason"), old.get("message")) != ("False", problem.reason, problem.message))
+        if problem is not None:
+            status["conditions"] = set_condition(conditions, INDEX_READABLE, "False", reason=problem.reason,
+                                                 message=problem.message, now=self.now, heartbeat_key=None)
+        elif old is not None:
+            status["conditions"] = set_condition(conditions, INDEX_READABLE, "True", reason=INDEX_COUNTED,
+                                                 message="the index file was read and its samples counted",
+                                                 now=self.now, heartbeat_key=None)
+        return status
 
 
 def set_metrics(status: dict[str, Any], metrics: list[Metric], *, now: str | None = None) -> dict[str, Any]:

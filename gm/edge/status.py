@@ -15,7 +15,9 @@ Departures from upstream (spec/upstream-gm.md §3.1-3.3, §3.11), on purpose:
 - JI metrics are sorted by key (upstream's order is Go map order, so every report churns).
 - The FL round is one `Training` condition that only moves forward (upstream appends one
   condition per round, without bound, and a late report can undo a newer round).
-- Dataset `updateTime` moves only when the count changes.
+- Dataset `updateTime` moves only when the count changes. A report carrying an `error` (our
+  LC, when the index cannot be read) sets the `IndexReadable` condition False and raises a
+  Warning Event on the Dataset; the next plain count sets it True again.
 - Reports are ordered (upstream writes whatever arrives last, so a resent report undoes newer
   ones); the order is recorded in the extra status field `lastReports`.
 - Errors are typed for the hub: bad content is refused for good (acked with the reason),
@@ -39,6 +41,7 @@ from gm.controllers.declare import ReportRule, sedna_gvr
 from gm.edge.order import ReportStamp
 from gm.edge.pipeline import StatusPipeline, Verdict
 from gm.edge.reports import (  # noqa: F401 - the parsers and mutations are re-exported
+    DatasetStatusUpdate,
     FLReport,
     ReportRefused,
     advance_round,
@@ -46,6 +49,7 @@ from gm.edge.reports import (  # noqa: F401 - the parsers and mutations are re-e
     metric_value,
     metrics_report,
     parse_dataset_report,
+    parse_dataset_status,
     parse_fl_report,
     parse_ji_report,
     report_time,
@@ -55,6 +59,7 @@ from gm.edge.reports import (  # noqa: F401 - the parsers and mutations are re-e
     to_metrics,
 )
 from gm.kinds import report_rules
+from gm.kube.events import EventRecorder
 from proto import Message
 from shared import apis
 from shared.logs import event
@@ -73,10 +78,13 @@ class UpstreamStatus:
     """The GM's `StatusHandler`: dispatches a report by kind onto the status pipeline."""
 
     def __init__(self, pipeline: StatusPipeline,
-                 rules: Iterable[tuple[apis.SednaKind, ReportRule]] | None = None):
+                 rules: Iterable[tuple[apis.SednaKind, ReportRule]] | None = None, *,
+                 events: EventRecorder | None = None):
         """`rules`: the report rule each reconciled kind declares (gm/kinds, the default);
-        Datasets and FL jobs (whose reports also write a Model) have their own handlers here."""
+        Datasets and FL jobs (whose reports also write a Model) have their own handlers here.
+        `events`: where Warning Events about reported problems go (none without it)."""
         self.pipeline = pipeline
+        self.events = events
         # Keyed by registry entries, so a handler can only exist for a real kind.
         table: list[tuple[apis.SednaKind, Submit]] = [
             (apis.DATASET, self._dataset),
@@ -114,10 +122,18 @@ class UpstreamStatus:
         await self.submit(node, message, epoch=epoch)
 
     def _dataset(self, namespace: str, name: str, body: Mapping[str, Any], stamp: ReportStamp) -> Awaitable[None]:
-        count = parse_dataset_report(body)
-        now = now_rfc3339()
-        return _done(self.pipeline.submit(DATASETS, namespace, name, stamp,
-                                          lambda s: set_sample_count(s, count, now=now)))
+        update = DatasetStatusUpdate(parse_dataset_status(body), now=now_rfc3339())
+        written = self.pipeline.submit(DATASETS, namespace, name, stamp, update)
+        if update.report.problem is None or self.events is None:
+            return _done(written)
+        return self._index_warning(written, update)
+
+    async def _index_warning(self, written: asyncio.Future[Verdict], update: DatasetStatusUpdate) -> None:
+        """Once the report is written: a Warning Event if it put a new problem into the status."""
+        verdict = await asyncio.shield(written)
+        problem = update.report.problem
+        if verdict.applied and update.raised and problem is not None and self.events is not None:
+            self.events.warning(verdict.object, problem.reason, problem.message)
 
     def _by_rule(self, api: apis.SednaKind, rule: ReportRule) -> Submit:
         gvr = sedna_gvr(api)
