@@ -152,9 +152,10 @@ class Stack:
 
     def __init__(self, nodes: Iterable[str] = ("edge-node-1",), *, faults: Iterable[str] = (),
                  watch_drop_seconds: float = 0.0, gm_config: str = "", lc_env: dict[str, str] | None = None,
-                 workdir: Path | None = None, keep: bool = False):
+                 workdir: Path | None = None, keep: bool = False, with_gm: bool = True):
         """`workdir`: where state and logs go (kept); else a temporary one, removed at stop
-        unless `keep`."""
+        unless `keep`; `with_gm=False`: no GM process (the caller runs one)."""
+        self.with_gm = with_gm
         self.remove = workdir is None and not keep
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="status-path-"))
         self.gm_port = free_port()
@@ -203,7 +204,8 @@ class Stack:
         self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ssl=tls or True),
                                              read_bufsize=1 << 20)
         await self._wait_ok(f"{self.cluster_url}/readyz", within, self.devcluster, restart=False)
-        await self.start_gm(within=within)
+        if self.with_gm:
+            await self.start_gm(within=within)
         for lc in self.lcs.values():
             await self.start_lc(lc.node, within=within)
         self._profile()

@@ -35,6 +35,7 @@ from typing import Any
 from aiohttp import web
 
 from gm.config import ConfigError, GMConfig, split_list
+from gm.controllers.caches import transform_for
 from gm.controllers.common import Context
 from gm.controllers.declare import KindDeclaration
 from gm.controllers.reconciler import KindController
@@ -126,7 +127,8 @@ class GlobalManager:
             timeout=cfg.kubeClient.timeoutSeconds), metrics=self.kube_metrics)
         self.informers = InformerFactory(self.client, namespace=cfg.namespace or None,
                                          resync_period=float(cfg.minResyncPeriodSeconds),
-                                         metrics=self.kube_metrics, on_fatal=self._fatal)
+                                         metrics=self.kube_metrics, on_fatal=self._fatal,
+                                         transforms=transform_for)
         self._build_controllers()
         self._build_hub()
         for ext in self.extensions:

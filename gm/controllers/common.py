@@ -25,7 +25,7 @@ AlreadyExists, and the create path then relabels the object when this owner cont
 (`_adopt_unlabelled`), so it is adopted as it is, never recreated. Its spec hash leaves the
 label out, so an adopted child is not outdated either.
 
-Secrets come from one cache too (`Context.secrets`), kept lean by `slim_secret`. A CR's
+Secrets come from one cache too (`Context.secrets`), kept lean by `caches.slim_secret`. A CR's
 Models and Datasets (and an FL job's own spec) name their Secrets by `credentialName`;
 the `credential` index on those informers maps a Secret back to them, so a Secret change
 enqueues its dependents at once and a rotated credential reaches the workers without
@@ -61,10 +61,6 @@ HPAS = GVR("autoscaling", "v2", "horizontalpodautoscalers")
 BATCH = 50  # writes between two owner checks (and progress status writes) in one plan
 REJECTED = (BadRequest, Invalid)  # server-side validation: the same body can never succeed
 INDEX_CREDENTIAL = "credential"  # `namespace/secret` for each credentialName in an object's spec
-LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
-# Secret types that never hold a storage credential, whose data can be large (a Helm release
-# is up to 1 MiB): cached without their data
-DATALESS_SECRET_TYPES = frozenset({"helm.sh/release.v1", "kubernetes.io/service-account-token"})
 
 Progress = Callable[[], Awaitable[Any]]
 WriteProblem = Callable[[Problem], Awaitable[bool]]
@@ -95,22 +91,8 @@ class Context:
         return self.informers.informer(gvr, label_selector=MANAGED_SELECTOR)
 
     def secrets(self) -> SharedInformer:
-        """The one Secret cache, holding what the builders read (see `slim_secret`)."""
-        return self.informers.informer(SECRETS, transform=slim_secret)
-
-
-def slim_secret(secret: dict) -> dict:
-    """A Secret as cached: without managedFields and the last-applied annotation (which
-    repeats the whole Secret), and without the data of types no credential has. A field
-    or label selector cannot narrow the list (a credential is any Secret a user names),
-    so this is what bounds the cache: one entry per Secret, about the size of its data."""
-    meta = {k: v for k, v in (secret.get("metadata") or {}).items() if k != "managedFields"}
-    if LAST_APPLIED in (meta.get("annotations") or {}):
-        meta["annotations"] = {k: v for k, v in meta["annotations"].items() if k != LAST_APPLIED}
-    keep_data = secret.get("type") not in DATALESS_SECRET_TYPES
-    out = {k: v for k, v in secret.items() if k != "metadata" and (keep_data or k not in ("data", "stringData"))}
-    out["metadata"] = meta
-    return out
+        """The one Secret cache, holding what the builders read (gm/controllers/caches.py)."""
+        return self.informers.informer(SECRETS)
 
 
 def on_any_change(informer: SharedInformer, fn: Callable[[dict], None]) -> None:

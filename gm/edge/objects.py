@@ -37,13 +37,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import copy
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gm.controllers.common import PODS, index_credentials, sedna_gvr, slim_secret, using_secret
+from gm.controllers.common import PODS, index_credentials, sedna_gvr, using_secret
 from gm.edge.reports import edge_view
 from gm.kinds import reconciled_kinds
 from gm.kube.informer import InformerFactory, SharedInformer
@@ -105,15 +104,16 @@ def credential_annotation(secret: Obj) -> str:
 
 def downstream_copy(kind: str, obj: Obj, *, credential: str | None = None,
                     annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """A private copy of `obj` to send: kind/apiVersion set, the kind's edge `annotations`
-    and the credential annotation when given."""
-    out = copy.deepcopy(dict(obj))
-    out["kind"] = kind
-    out["apiVersion"] = apis.API_VERSION
+    """The object to send: kind/apiVersion set, the kind's edge `annotations` and the
+    credential annotation when given. Only the top level and the metadata are new dicts;
+    spec and status are the cached object's own, shared, never changed (cached objects are
+    read-only, and a payload is only ever encoded), so a placed object costs no second copy."""
+    out = {**obj, "kind": kind, "apiVersion": apis.API_VERSION}
     extra = {**(annotations or {}), **({CREDENTIAL_ANNOTATION: credential} if credential is not None else {})}
     if extra:
-        meta = out.setdefault("metadata", {})
+        meta = dict(out.get("metadata") or {})
         meta["annotations"] = {**(meta.get("annotations") or {}), **extra}
+        out["metadata"] = meta
     return out
 
 
@@ -193,7 +193,7 @@ class EdgeObjects:
         self._by_node: dict[str, set[ObjKey]] = {}  # node -> keys whose sent_to holds it
         self._refs: dict[ObjKey, _Refs] = {}
         self._deps = _Deps()
-        self._secrets = informers.informer(SECRETS, transform=slim_secret)
+        self._secrets = informers.informer(SECRETS)
         # the kinds that name a Secret whose value goes down with them
         self._credentialed = {k: self._informers[k] for k in CREDENTIALED_KINDS if k in self._informers}
         index_credentials(*self._credentialed.values())
@@ -323,7 +323,9 @@ class EdgeObjects:
         if entry.payload is not None and entry.credential == credential and (
                 (rv and entry.source_rv == rv) or entry.view == view):
             # same version, or one that differs only in what reports write: no new copy, and
-            # only nodes that lack it are sent the one they would have had
+            # only nodes that lack it are sent the one they would have had; the view moves on
+            # to the new version (equal), so the old one's parts are not kept alive by it
+            entry.view = view
             self._publish(key, entry.payload, rv)
             return
         entry.credential, entry.view = credential, view

@@ -226,8 +226,11 @@ class InformerFactory:
     def __init__(self, client: KubeClient, *, namespace: str | None = None,
                  resync_period: float | None = 30.0, jitter: bool = True,
                  settings: ReflectorSettings | None = None, metrics: KubeMetrics | None = None,
-                 on_fatal: FatalHandler | None = None):
+                 on_fatal: FatalHandler | None = None,
+                 transforms: Callable[[GVR], Transform | None] | None = None):
+        """`transforms(gvr)`: the transform of every informer of `gvr` made without one."""
         self.client = client
+        self._transforms = transforms
         self.on_fatal = on_fatal  # told when an informer's task ends; None: only logged
         self.namespace = namespace  # "" / None = all namespaces (upstream's `namespace`)
         # like upstream, one draw per factory from [min, 2*min)
@@ -244,6 +247,8 @@ class InformerFactory:
         """The shared informer for `gvr` (made on first use; started if the factory runs).
         Every caller of one informer must pass the same `transform` (ValueError otherwise):
         a reader must not get objects cut down for another."""
+        if transform is None and self._transforms is not None:
+            transform = self._transforms(gvr)
         ns = (self.namespace or None) if gvr.namespaced else None
         key = (gvr, ns, label_selector, field_selector)
         inf = self._informers.get(key)
