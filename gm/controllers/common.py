@@ -35,6 +35,7 @@ waiting for a resync.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -46,7 +47,15 @@ from gm.controllers.declare import sedna_gvr
 from gm.controllers.problems import ChildRejected, Problem, problem_of
 from gm.controllers.runner import OwnerGone, TemporaryError
 from gm.kube.client import KubeClient
-from gm.kube.errors import AlreadyExists, ApiError, BadRequest, Conflict, Invalid, NotFound
+from gm.kube.errors import (
+    AlreadyExists,
+    ApiError,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    Invalid,
+    NotFound,
+)
 from gm.kube.events import EventRecorder
 from gm.kube.informer import InformerFactory, SharedInformer
 from gm.kube.resources import DEPLOYMENTS, GVR, NODES, PODS, SECRETS, SERVICES  # noqa: F401 - re-exported
@@ -60,6 +69,9 @@ log = logging.getLogger("gm.controllers")
 HPAS = GVR("autoscaling", "v2", "horizontalpodautoscalers")
 BATCH = 50  # writes between two owner checks (and progress status writes) in one plan
 REJECTED = (BadRequest, Invalid)  # server-side validation: the same body can never succeed
+# the wording of an authorization denial (a GM without the permission), which no CR can fix;
+# any other 403 to a write is an admission plugin refusing what the CR asked for
+_RBAC_DENIAL = re.compile(r'is forbidden: User ".*" cannot ')
 INDEX_CREDENTIAL = "credential"  # `namespace/secret` for each credentialName in an object's spec
 
 Progress = Callable[[], Awaitable[Any]]
@@ -270,6 +282,9 @@ async def _create(ctx: Context, gvr: GVR, obj: dict, *, owner: Mapping[str, Any]
         return await _adopt_unlabelled(ctx, gvr, name, owner=owner, namespace=namespace)
     except REJECTED as exc:
         raise ChildRejected(kind=_singular(gvr), namespace=namespace, name=name, verb="create", error=exc) from None
+    except Forbidden as exc:
+        _refused_by_admission(exc, gvr, namespace, name, "create")
+        raise TemporaryError(f"creating {gvr.plural} {namespace}/{name}: {exc}") from exc
     except ApiError as exc:
         raise TemporaryError(f"creating {gvr.plural} {namespace}/{name}: {exc}") from exc
     event(log, "created", key=own_key(owner), child=f"{namespace}/{name}", resource=gvr.plural,
@@ -317,10 +332,20 @@ async def _update(ctx: Context, gvr: GVR, observed: dict, desired: dict, *, owne
         raise TemporaryError(f"updating {gvr.plural} {namespace}/{name}: {exc.reason}", delay=0.05) from exc
     except REJECTED as exc:
         raise ChildRejected(kind=_singular(gvr), namespace=namespace, name=name, verb="update", error=exc) from None
+    except Forbidden as exc:
+        _refused_by_admission(exc, gvr, namespace, name, "update")
+        raise TemporaryError(f"updating {gvr.plural} {namespace}/{name}: {exc}") from exc
     except ApiError as exc:
         raise TemporaryError(f"updating {gvr.plural} {namespace}/{name}: {exc}") from exc
     event(log, "updated", key=own_key(owner), child=f"{namespace}/{name}", resource=gvr.plural)
     return 1
+
+
+def _refused_by_admission(exc: Forbidden, gvr: GVR, namespace: str, name: str, verb: str) -> None:
+    """Raise `ChildRejected` (admission) for a 403 that is not an authorization denial."""
+    if not _RBAC_DENIAL.search(exc.message):
+        raise ChildRejected(kind=_singular(gvr), namespace=namespace, name=name, verb=verb, error=exc,
+                            admission=True) from None
 
 
 async def _delete(ctx: Context, gvr: GVR, obj: dict, *, owner: Mapping[str, Any], namespace: str) -> int:

@@ -5,7 +5,10 @@ Two sources stop a reconcile on something the user (or time) must fix:
 - `ChildRejected`: the API server refused a child the GM built from the spec (400 or 422,
   i.e. server-side validation such as a `memory: lots` resource or a bad label value in a
   worker template). Retrying the same body cannot succeed, so this is not a temporary
-  error: it is the spec's problem, quoted from the server.
+  error: it is the spec's problem, quoted from the server. An admission plugin's 403 (a
+  pod that violates its namespace's Pod Security level, a ServiceAccount that does not
+  exist) is one too, `WorkerForbidden`, but retried with backoff: relabelling the namespace
+  or creating the account fixes it without an edit of the CR.
 
 Both become a `Problem` (a CamelCase reason, a message, whether time alone can fix it);
 `common.report_problem` writes it as a condition and a Warning event, then ends the
@@ -38,18 +41,22 @@ class Problem:
 class ChildRejected(Exception):
     """The API server refused to create or update a child built from the spec."""
 
-    def __init__(self, *, kind: str, namespace: str, name: str, verb: str, error: ApiError):
+    def __init__(self, *, kind: str, namespace: str, name: str, verb: str, error: ApiError,
+                 admission: bool = False):
         self.kind = kind
         self.namespace = namespace
         self.name = name
         self.verb = verb
         self.error = error
+        self.admission = admission  # refused by an admission plugin (403), not by validation
         super().__init__(f"{verb} {kind} {namespace}/{name}: {error}")
 
     @property
     def problem(self) -> Problem:
         message = (f"the API server rejected {self.kind} {self.namespace}/{self.name} "
                    f"({self.error.code} {self.error.reason}): {self.error.message}")
+        if self.admission:
+            return Problem("WorkerForbidden", _clip(message), retryable=True)
         return Problem("WorkerRejected", _clip(message), retryable=False)
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from gm.controllers.problems import MAX_MESSAGE, ChildRejected, Problem, problem_of
 from gm.controllers.runner import PermanentError, TemporaryError
-from gm.kube.errors import Invalid
+from gm.kube.errors import Forbidden, Invalid
 from gm.workers import InvalidSpec, MissingDependency
 
 
@@ -24,6 +24,12 @@ from gm.workers import InvalidSpec, MissingDependency
                          'Pod "job-trainworker-1" is invalid: spec.containers[0].ports[0].containerPort: '
                          "Invalid value", retryable=False),
                  PermanentError, id="server-rejection-quotes-the-server"),
+    pytest.param(ChildRejected(kind="pod", namespace="ns", name="p", verb="create", admission=True,
+                               error=Forbidden(403, "Forbidden", 'pods "p" is forbidden: violates PodSecurity '
+                                               '"restricted:latest": privileged')),
+                 Problem("WorkerForbidden", 'the API server rejected pod ns/p (403 Forbidden): pods "p" is '
+                         'forbidden: violates PodSecurity "restricted:latest": privileged', retryable=True),
+                 TemporaryError, id="admission-refusal-backs-off"),
 ])
 def test_problem_of(exc, expected, outcome):
     problem = problem_of(exc)
@@ -42,3 +48,21 @@ def test_long_server_messages_are_clipped():
 def test_other_exceptions_are_not_problems():
     with pytest.raises(TypeError):
         problem_of(RuntimeError("bug"))
+
+
+@pytest.mark.parametrize("message, admission", [
+    ('pods "p" is forbidden: violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true)', True),
+    ('pods "p" is forbidden: error looking up service account ns/sa: serviceaccount "sa" not found', True),
+    ('pods is forbidden: User "system:serviceaccount:sedna:sedna" cannot create resource "pods" in API group ""'
+     ' in the namespace "ns"', False),
+])
+def test_a_403_is_the_specs_problem_unless_it_is_an_authorization_denial(message, admission):
+    from gm.controllers.common import PODS, _refused_by_admission
+
+    exc = Forbidden(403, "Forbidden", message)
+    if admission:
+        with pytest.raises(ChildRejected) as info:
+            _refused_by_admission(exc, PODS, "ns", "p", "create")
+        assert info.value.problem.reason == "WorkerForbidden"
+    else:
+        _refused_by_admission(exc, PODS, "ns", "p", "create")  # the caller retries it as temporary
