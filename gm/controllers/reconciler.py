@@ -31,6 +31,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gm.config import GMConfig, split_list
 from gm.controllers.children import outdated, plan_children
 from gm.controllers.common import (
     NODES,
@@ -82,6 +83,7 @@ class KindController:
         identity = ctx.config.identity
         # no worker of any kind runs as the GM's own ServiceAccount (template.py says why)
         self.gm_account = ServiceAccountRef(identity.namespace, identity.serviceAccount) if identity.known else None
+        self.edge_accounts = _edge_identity_accounts(ctx.config)
         for watch in decl.watches:
             if watch.refs is not None:
                 self.crs.add_indexer(_ref_index(watch.gvr), _refs_of(watch))
@@ -172,7 +174,7 @@ class KindController:
                     raise TypeError(f"{self.kind} build returned two {gvr.plural} named {child}")
                 desired[gvr.plural][child] = obj
         refuse_service_account((c for objs in desired.values() for c in objs.values()),
-                               namespace=namespace, forbidden=self.gm_account)
+                               namespace=namespace, forbidden=self.gm_account, edge_accounts=self.edge_accounts)
         return desired
 
     def _dependencies(self, cr: dict, namespace: str, now: str) -> Dependencies:
@@ -309,3 +311,16 @@ def _if_matters(watch: Watches, fn: Callable[[Mapping[str, Any]], None]):
         if watch.matters(old, new):
             fn(new)
     return on_update
+
+
+def _edge_identity_accounts(config: GMConfig) -> tuple[ServiceAccountRef, ...]:
+    """The ServiceAccounts whose tokens the hub admits as an LC (TokenReview mode)."""
+    review = config.websocket.tokenReview
+    if not review.enabled:
+        return ()
+    out = []
+    for user in split_list(review.serviceAccounts):
+        parts = user.split(":")
+        if len(parts) == 4 and parts[:2] == ["system", "serviceaccount"]:
+            out.append(ServiceAccountRef(parts[2], parts[3]))
+    return tuple(out)

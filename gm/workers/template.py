@@ -176,6 +176,9 @@ class ServiceAccountRef:
 # where a pod spec names its ServiceAccount; the API server reads the deprecated alias when
 # the first is empty, so both count
 ACCOUNT_FIELDS = ("serviceAccountName", "serviceAccount")
+_GM_OWN = ("the GlobalManager's own", "a worker may not get the GM's cluster-wide rights")
+_EDGE_IDENTITY = ("one whose token the GM accepts as a LocalController's node identity",
+                  "a worker may not speak for its node")
 
 
 def pod_spec_of(child: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -191,26 +194,32 @@ def pod_spec_of(child: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def refuse_service_account(children: Iterable[Mapping[str, Any]], *, namespace: str,
-                           forbidden: ServiceAccountRef | None) -> None:
-    """Raise `ForbiddenSpec` when a child of a CR in `namespace` would run as `forbidden`.
+                           forbidden: ServiceAccountRef | None,
+                           edge_accounts: Iterable[ServiceAccountRef] = ()) -> None:
+    """Raise `ForbiddenSpec` when a child of a CR in `namespace` would run as `forbidden` or
+    as one of `edge_accounts`.
 
     `forbidden` is the GM's own ServiceAccount: its token holds the GM's cluster-wide rights
     (every namespace's Pods and Secrets), and a worker running as it would hand them to
-    anyone allowed to create a CR in the GM's namespace. A ServiceAccount is namespaced, so
-    the same name elsewhere is someone else's and passes. None: the GM does not know who it
-    is, and nothing is refused."""
-    if forbidden is None or namespace != forbidden.namespace:
+    anyone allowed to create a CR in the GM's namespace. `edge_accounts` are the accounts
+    whose tokens the GM accepts as an LC's node identity (TokenReview): a worker running as
+    one could project such a token and speak for its node. A ServiceAccount is namespaced, so
+    the same name elsewhere is someone else's and passes. None / empty: nothing is refused."""
+    refused = [(ref, why) for ref, why in ((forbidden, _GM_OWN),
+                                           *((r, _EDGE_IDENTITY) for r in edge_accounts))
+               if ref is not None and ref.namespace == namespace]
+    if not refused:
         return
     for child in children:
         spec = pod_spec_of(child)
         if spec is None:
             continue
         for key in ACCOUNT_FIELDS:
-            if spec.get(key) == forbidden.name:
-                meta = child.get("metadata") or {}
-                raise ForbiddenSpec(
-                    "ServiceAccountForbidden",
-                    f"worker {str(child.get('kind', '')).lower()} {meta.get('name')} would run as "
-                    f"ServiceAccount {forbidden}, the GlobalManager's own ({key} in its template): "
-                    "a worker may not get the GM's cluster-wide rights; name a ServiceAccount of "
-                    "the workers' own")
+            for ref, (role, why) in refused:
+                if spec.get(key) == ref.name:
+                    meta = child.get("metadata") or {}
+                    raise ForbiddenSpec(
+                        "ServiceAccountForbidden",
+                        f"worker {str(child.get('kind', '')).lower()} {meta.get('name')} would run as "
+                        f"ServiceAccount {ref}, {role} ({key} in its template): {why}; name a "
+                        "ServiceAccount of the workers' own")

@@ -79,3 +79,25 @@ def test_the_gms_own_account_in_its_namespace_is_refused(child, field):
 ])
 def test_other_accounts_pass(children, namespace, forbidden):
     refuse_service_account(children, namespace=namespace, forbidden=forbidden)
+
+
+def test_an_account_the_gm_admits_as_an_lc_is_refused_in_its_namespace():
+    lc = ServiceAccountRef("sedna-lc", "sedna-lc")
+    with pytest.raises(ForbiddenSpec) as err:
+        refuse_service_account([pod(serviceAccountName="sedna-lc")], namespace="sedna-lc", forbidden=GM,
+                               edge_accounts=[lc])
+    assert "ServiceAccount sedna-lc/sedna-lc, one whose token the GM accepts as a LocalController's node " \
+           "identity (serviceAccountName in its template): a worker may not speak for its node" in err.value.message
+    refuse_service_account([pod(serviceAccountName="sedna-lc")], namespace="team-a", forbidden=GM,
+                           edge_accounts=[lc])  # another namespace's account of that name passes
+
+
+def test_edge_identity_accounts_come_from_the_token_review_allow_list():
+    from gm.config import parse_config
+    from gm.controllers.reconciler import _edge_identity_accounts
+
+    cfg = parse_config("websocket: {tokenReview: {enabled: true, serviceAccounts: "
+                       "'system:serviceaccount:sedna-lc:sedna-lc, alice'}}")
+    assert _edge_identity_accounts(cfg) == (ServiceAccountRef("sedna-lc", "sedna-lc"),)
+    off = parse_config("websocket: {tokenReview: {serviceAccounts: 'system:serviceaccount:a:b'}}")
+    assert _edge_identity_accounts(off) == ()
