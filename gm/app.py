@@ -54,6 +54,7 @@ from gm.edge.hub import Hub
 from gm.edge.objects import EdgeObjects
 from gm.edge.pipeline import StatusPipeline
 from gm.edge.status import UpstreamStatus
+from gm.http_errors import error_response, json_errors, refusal
 from gm.kinds import DECLARATIONS
 from gm.kube.client import KubeClient
 from gm.kube.config import ClientSettings
@@ -107,7 +108,7 @@ class GlobalManager:
         self.status_writer: StatusWriter | None = None
         self.pipeline: StatusPipeline | None = None
         self.hub_metrics = HubMetrics(self.registry)
-        self.app = web.Application()
+        self.app = web.Application(middlewares=[json_errors])
         self._runner: web.AppRunner | None = None
         self._tasks: list[Supervised] = []  # every long-lived task, fail-fast
         self._reconcilers: Supervised | None = None  # the controllers while leading
@@ -216,7 +217,7 @@ class GlobalManager:
             async with asyncio.timeout(HUB_SYNC_WAIT):
                 await self.informers.wait_synced()
         except (TimeoutError, InformerFailed) as exc:
-            raise web.HTTPServiceUnavailable(text=f"GM caches not synced: {exc or 'timeout'}\n") from None
+            raise refusal(web.HTTPServiceUnavailable, f"GM caches not synced: {exc or 'timeout'}") from None
         return await self.hub.handle(request)
 
     async def _serve(self, ssl_context: ssl.SSLContext | None) -> None:
@@ -224,7 +225,8 @@ class GlobalManager:
         self.app.router.add_get("/healthz", self._healthz)
         self.app.router.add_get("/readyz", self._readyz)
         self.app.router.add_get("/metrics", self._metrics)
-        self._runner = guarded_runner(self.app, handle_signals=False, access_log=None)
+        self._runner = guarded_runner(self.app, handle_signals=False, access_log=None,
+                                      error_response=error_response)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.websocket.address, self.config.websocket.port,
                            ssl_context=ssl_context)

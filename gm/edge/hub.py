@@ -21,6 +21,10 @@ Why it looks the way it does (each point fixes an upstream weakness, see the GM 
 - A frame that does not decode ends that session only, and so does a session that keeps
   sending reports the GM refuses (`max_refusals` within `refusal_window` seconds): a client
   that only produces refusals is made to back off instead of costing the GM its CPU.
+- A handshake it refuses (no or an invalid Node-Name, a credential that does not prove it,
+  another origin, not a websocket upgrade, a websocket version other than 13) is answered
+  with the GM's JSON Status body (gm/http_errors.py) and the connection closed; upstream's
+  Go LC reads only the status of a failed handshake.
 - Peers that do not offer the native subprotocol get upstream's JSON envelope exactly
   as upstream LCs expect it: inserts and deletes, no snapshot markers, no acks, and only
   the kinds upstream's GM sends (an upstream LC has no manager for the others).
@@ -37,10 +41,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSMsgType, hdrs, web
 
 from gm.edge.auth import AuthError, NodeAuth
 from gm.edge.reports import ReportDeferred, ReportRefused
+from gm.http_errors import refusal
 from proto import (
     CLOSE_DEAD,
     CLOSE_GOING_AWAY,
@@ -71,12 +76,14 @@ from proto import (
 from shared import apis
 from shared.logs import event
 from shared.tasks import until_first_done
+from shared.text import clip
 
 log = logging.getLogger("sedna.gm.edge.hub")
 
 CLOSE_INTERNAL_ERROR = 1011
 _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _MAX_REASON_BYTES = 123  # RFC 6455: a close frame's reason fits in 123 bytes
+WEBSOCKET_VERSION = "13"  # RFC 6455's, the only one the hub speaks
 MAX_REFUSALS = 100  # refused reports a session may send within REFUSAL_WINDOW seconds
 REFUSAL_WINDOW = 10.0
 
@@ -320,9 +327,11 @@ class Hub:
             timeout=self._close_timeout,
             compress=self._compress,
         )
-        if not ws.can_prepare(request).ok:
+        try:
+            self._check_upgrade(request, ws)
+        except web.HTTPException:
             self.stats.handshakes_rejected += 1
-            raise web.HTTPBadRequest(text="websocket upgrade required\n")
+            raise
         await ws.prepare(request)
         done = asyncio.Event()
         self._running.add(done)
@@ -340,7 +349,7 @@ class Hub:
         """
         try:
             if self._closing:
-                raise web.HTTPServiceUnavailable(text="GM shutting down\n")
+                raise refusal(web.HTTPServiceUnavailable, "GM shutting down")
             self._check_origin(request)
             node = self._node_name(request)
             await self._check_token(request, node)
@@ -365,16 +374,29 @@ class Hub:
         """Browsers send Origin; refuse cross-origin upgrades (LCs send none)."""
         origin = request.headers.get("Origin")
         if origin and urlsplit(origin).netloc.lower() != request.host.lower():
-            raise web.HTTPForbidden(text=f"origin {origin!r} does not match host\n")
+            raise refusal(web.HTTPForbidden, f"origin {clip(origin)!r} does not match host")
 
     @staticmethod
     def _node_name(request: web.Request) -> str:
         node = request.headers.get("Node-Name", "").strip()
         if not node:
-            raise web.HTTPBadRequest(text="Node-Name header required\n")
+            raise refusal(web.HTTPBadRequest, "Node-Name header required")
         if len(node) > 253 or not _NODE_NAME.fullmatch(node):
-            raise web.HTTPBadRequest(text=f"Node-Name {node[:64]!r} is not a valid node name\n")
+            raise refusal(web.HTTPBadRequest, f"Node-Name {clip(node)!r} is not a valid node name")
         return node
+
+    @staticmethod
+    def _check_upgrade(request: web.Request, ws: web.WebSocketResponse) -> None:
+        """A websocket upgrade in version 13; any other version is 426 naming ours (RFC 6455
+        §4.4: aiohttp would also take the drafts' 7 and 8)."""
+        upgrade = request.headers.get(hdrs.UPGRADE, "").strip().lower() == "websocket"
+        version = request.headers.get(hdrs.SEC_WEBSOCKET_VERSION, "")
+        if upgrade and version.strip() != WEBSOCKET_VERSION:
+            raise refusal(web.HTTPUpgradeRequired, f"Sec-WebSocket-Version {clip(version)!r} is not supported; "
+                                                   f"this server speaks version {WEBSOCKET_VERSION}",
+                          **{hdrs.SEC_WEBSOCKET_VERSION: WEBSOCKET_VERSION, hdrs.UPGRADE: "websocket"})
+        if not ws.can_prepare(request).ok:
+            raise refusal(web.HTTPBadRequest, "websocket upgrade required")
 
     async def _serve(self, node: str, ws: web.WebSocketResponse, request: web.Request) -> None:
         native = ws.ws_protocol == SUBPROTOCOL
@@ -667,12 +689,11 @@ def _where(node: str, msg: Message) -> dict[str, Any]:
 
 
 def _auth_response(exc: AuthError) -> web.HTTPException:
-    text = f"{exc}\n"
     if exc.status == 403:
-        return web.HTTPForbidden(text=text)
+        return refusal(web.HTTPForbidden, str(exc))
     if exc.status == 503:
-        return web.HTTPServiceUnavailable(text=text, headers={"Retry-After": "5"})
-    return web.HTTPUnauthorized(text=text, headers={"WWW-Authenticate": "Bearer"})
+        return refusal(web.HTTPServiceUnavailable, str(exc), **{"Retry-After": "5"})
+    return refusal(web.HTTPUnauthorized, str(exc), **{"WWW-Authenticate": "Bearer"})
 
 
 def _first_end(node: str, group: BaseExceptionGroup) -> _SessionEnd:

@@ -264,7 +264,8 @@ async def test_plain_http_request_is_400(make_hub: HubFactory, http: aiohttp.Cli
     hub, url = await make_hub()
     async with http.get(url, headers={"Node-Name": NODE}) as resp:
         assert resp.status == 400
-        assert await resp.text() == "websocket upgrade required\n"
+        assert await resp.json() == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                     "message": "websocket upgrade required", "reason": "BadRequest", "code": 400}
 
 
 @pytest.mark.parametrize(
