@@ -472,7 +472,7 @@ async def test_gm_closes_idle_connections_but_not_websocket_sessions(
                 reply = await reader.read()
         finally:
             writer.close()
-        assert reply.startswith(b"HTTP/1.0 405") and b"\r\nAllow: GET, HEAD\r\n" in reply
+        assert reply.startswith(b"HTTP/1.1 405") and b"\r\nAllow: GET, HEAD\r\n" in reply
         hub = server.hub
         assert hub is not None
         # ten GM pings span more than three idle timeouts: the session is still the first one
