@@ -48,8 +48,12 @@ kube-down: setup
 kube-status: setup
 	$(PY) scripts/kube_real.py status
 
-run: setup $(if $(filter helm,$(INSTALL)),helm)
-	$(PY) examples/devrun.py --install $(INSTALL)
+# make run CLUSTER=real: on the real control plane of kube-up (started unless kube-status says it is up,
+# left up at Ctrl-C: make kube-down stops it); kwok only simulates the worker pods there
+CLUSTER ?= dev
+
+run: setup $(if $(filter helm,$(INSTALL)),helm) $(if $(filter real,$(CLUSTER)),kube-build)
+	$(PY) examples/devrun.py --install $(INSTALL) --cluster $(CLUSTER)
 
 # wrk, the HTTP load generator of bench/lc_ingest.py, from Debian's packages without root:
 # `apt-get download` + `dpkg -x` into .tools/wrk (ignored), with its libluajit next to it and a
