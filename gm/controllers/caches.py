@@ -19,10 +19,15 @@ What goes besides, by type, with who reads what is kept:
   node's image list and conditions are most of its size and nothing the GM reads.
 - Secrets: without the data of types no credential has (`slim_secret`).
 - Sedna CRs and everything else: whole, less the two copies above.
+
+What is kept is rebuilt with its short strings interned (`shared`): the same label keys and
+values, uids, names, kinds and condition words recur across every child of every CR, and a
+cache holding one string object for each occurrence is several times its size in JSON.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -45,6 +50,21 @@ SERVICE_SPEC = ("clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy")
 NODE_META = ("name", "uid", "resourceVersion", "labels", "deletionTimestamp")
 
 
+SHARED_MAX = 128  # strings up to this long are interned; longer ones are rarely repeated
+
+
+def shared(value: Any) -> Any:
+    """`value` rebuilt with every dict key and every short string interned (the strings a
+    cache holds many times become one object each); other values as they are."""
+    if isinstance(value, str):
+        return sys.intern(value) if len(value) <= SHARED_MAX else value
+    if isinstance(value, dict):
+        return {sys.intern(k) if isinstance(k, str) else k: shared(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [shared(v) for v in value]
+    return value
+
+
 def slim_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
     """Metadata without managedFields and the last-applied annotation."""
     out = {k: v for k, v in meta.items() if k != "managedFields"}
@@ -56,7 +76,7 @@ def slim_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
 
 def slim_object(obj: Obj) -> Obj:
     """Any object less its managedFields and last-applied copy."""
-    return {**obj, "metadata": slim_meta(obj.get("metadata") or {})}
+    return shared({**obj, "metadata": slim_meta(obj.get("metadata") or {})})
 
 
 def _keep(part: Any, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -65,14 +85,14 @@ def _keep(part: Any, keys: tuple[str, ...]) -> dict[str, Any]:
 
 def _cut(obj: Obj, *, spec: tuple[str, ...] | None = None, status: tuple[str, ...] | None = None,
          meta: tuple[str, ...] | None = None) -> Obj:
-    out = slim_object(obj)
+    out = {**obj, "metadata": slim_meta(obj.get("metadata") or {})}
     if meta is not None:
         out["metadata"] = _keep(out["metadata"], meta)
     if spec is not None and "spec" in obj:
         out["spec"] = _keep(obj["spec"], spec)
     if status is not None and "status" in obj:
         out["status"] = _keep(obj["status"], status)
-    return out
+    return shared(out)
 
 
 def _only_conditions(out: Obj, types: frozenset[str]) -> Obj:

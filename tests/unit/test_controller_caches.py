@@ -97,3 +97,15 @@ def test_every_informer_of_a_type_gets_the_types_transform():
     assert factory.informer(PODS, label_selector="a=b").transform is transform_for(PODS)
     assert factory.informer(PODS, label_selector="c").transform is transform_for(PODS)
     assert factory.informer(SECRETS).transform is slim_secret
+
+
+def test_cached_objects_share_their_repeated_strings():
+    uid = "".join(["acfc6972-be5e-43ec-", "8b7a-d687be735890"])  # built, so not a constant
+    a = transform_for(DEPLOYMENTS)({"metadata": {"name": "a", "labels": {"x/uid": "".join([uid])}},
+                                    "spec": {"selector": {"matchLabels": {"x/uid": "".join([uid])}}}})
+    b = transform_for(PODS)({"metadata": {"name": "b", "labels": {"x/uid": "".join([uid])}}})
+    first = a["metadata"]["labels"]["x/uid"]
+    assert first is a["spec"]["selector"]["matchLabels"]["x/uid"] is b["metadata"]["labels"]["x/uid"]
+    long = "v" * 1000
+    assert transform_for(PODS)({"metadata": {"name": "c", "annotations": {"k": long}}})["metadata"][
+        "annotations"]["k"] == long
