@@ -25,6 +25,7 @@ import yaml
 from aiohttp import web
 
 from devcluster import bootstrap_policy, servingcert, views
+from devcluster.admission import Admission
 from devcluster.controllers.base import Controller
 from devcluster.controllers.daemonset import DaemonSetController
 from devcluster.controllers.deployment import DeploymentController
@@ -84,9 +85,12 @@ class DevCluster:
             self.runtime = ProcessRuntime(_image_map(image_map), supervisor=self.supervisor,
                                           backoff_base=restart_backoff, projector=projector)
         self.controllers: dict[str, Controller] = {}
+        namespace_defaults = NamespaceDefaults(self.store, resync=resync, ca=self._ca_pem)
+        # ServiceAccount and PodSecurity admission on every write, the controllers' own included
+        self.store.admission = Admission(self.store, default_service_account=namespace_defaults.ensure_service_account)
         for ctl in (
             NodeController(self.store, nodes=nodes, lease_interval=lease_interval),
-            NamespaceDefaults(self.store, resync=resync, ca=self._ca_pem),
+            namespace_defaults,
             GarbageCollector(self.store, resync=resync),
             ReplicaSetController(self.store, resync=resync),
             DeploymentController(self.store, resync=resync),

@@ -54,6 +54,9 @@ def default_pod_spec(spec: dict[str, Any]) -> None:
     spec.setdefault("dnsPolicy", "ClusterFirst")
     spec.setdefault("schedulerName", "default-scheduler")
     spec.setdefault("securityContext", {})
+    account = spec.get("serviceAccountName") or spec.get("serviceAccount")
+    if account:  # the deprecated field names the account when the other is empty; both end up equal
+        spec["serviceAccountName"] = spec["serviceAccount"] = account
     for key in ("initContainers", "containers"):
         for c in spec.get(key) or []:
             default_container(c)
@@ -63,6 +66,58 @@ def default_pod(obj: dict[str, Any]) -> None:
     spec = _d(obj, "spec")
     default_pod_spec(spec)
     spec.setdefault("enableServiceLinks", True)  # a Pod's default, not a pod template's
+
+
+APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
+
+
+def _apparmor_annotation(profile: Any) -> str:
+    kind = profile.get("type") if isinstance(profile, dict) else None
+    if kind == "RuntimeDefault":
+        return "runtime/default"
+    if kind == "Unconfined":
+        return "unconfined"
+    if kind == "Localhost":
+        return "localhost/" + str(profile.get("localhostProfile") or "")
+    return ""
+
+
+def _apparmor_field(annotation: str) -> dict[str, Any] | None:
+    if annotation == "runtime/default":
+        return {"type": "RuntimeDefault"}
+    if annotation == "unconfined":
+        return {"type": "Unconfined"}
+    if annotation.startswith("localhost/") and annotation != "localhost/":
+        return {"type": "Localhost", "localhostProfile": annotation[len("localhost/"):]}
+    return None
+
+
+def sync_app_armor(pod: dict[str, Any]) -> None:
+    """A new pod's AppArmor annotations and fields made to agree, as kube-apiserver does on create: a
+    container without the annotation gets its profile's (else the pod's), a container with only the
+    annotation gets the field unless the pod's profile says the same. Windows pods are left alone."""
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    if (spec.get("os") or {}).get("name") == "windows":
+        return
+    pod_profile = (spec.get("securityContext") or {}).get("appArmorProfile")
+    meta = _d(pod, "metadata")
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    for key in ("initContainers", "containers", "ephemeralContainers"):
+        for c in spec.get(key) or []:
+            if not isinstance(c, dict):
+                continue
+            name = APPARMOR_ANNOTATION + str(c.get("name", ""))
+            profile = (c.get("securityContext") or {}).get("appArmorProfile")
+            if name not in annotations:
+                value = _apparmor_annotation(profile) if profile is not None else _apparmor_annotation(pod_profile)
+                if value:
+                    annotations[name] = value
+            elif profile is None:
+                field = _apparmor_field(str(annotations[name]))
+                if field is not None and field != pod_profile:
+                    _d(c, "securityContext")["appArmorProfile"] = field
+    if annotations:
+        meta["annotations"] = annotations
 
 
 def default_template(spec: dict[str, Any]) -> None:

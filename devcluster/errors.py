@@ -151,6 +151,15 @@ def forbidden(message: str) -> ApiError:
     return ApiError(403, "Forbidden", message)
 
 
+def forbidden_object(resource: str, group: str, name: str, detail: str,
+                     causes: list[dict[str, str]] | None = None) -> ApiError:
+    """An admission refusal: `<resource>[.<group>] "<name>" is forbidden: <detail>`."""
+    details = _details(name, group, resource)
+    if causes:
+        details["causes"] = causes
+    return ApiError(403, "Forbidden", f'{_qualified(resource, group)} "{name}" is forbidden: {detail}', details)
+
+
 def method_not_allowed(message: str = "the server does not allow this method on the requested resource") -> ApiError:
     return ApiError(405, "MethodNotAllowed", message)
 

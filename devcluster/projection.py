@@ -130,7 +130,7 @@ class Projector:
             volume = volumes.get(mount.get("name", ""))
             if volume is None:
                 raise ProjectionError(f'volume "{mount.get("name")}" of mountPath {mount.get("mountPath")} not found')
-            host = self._volume(pod, volume)
+            host = self._api_access(pod) if _is_api_access(volume) else self._volume(pod, volume)
             mounts[mount["mountPath"]] = str(host / mount["subPath"]) if mount.get("subPath") else str(host)
         if SA_DIR not in mounts and self._automount(pod):
             mounts[SA_DIR] = str(self._api_access(pod))
@@ -236,6 +236,12 @@ class Projector:
         return {"KUBERNETES_SERVICE_HOST": api.host, "KUBERNETES_SERVICE_PORT": str(api.port),
                 "KUBERNETES_SERVICE_PORT_HTTPS": str(api.port), "KUBERNETES_PORT": addr,
                 f"KUBERNETES_PORT_{api.port}_TCP": addr}
+
+
+def _is_api_access(volume: dict[str, Any]) -> bool:
+    """The ServiceAccount admission's `kube-api-access-<suffix>` volume: projected as the kubelet does
+    (its `ca.crt` is the CA of the port pods use, which over plain HTTP is not kube-root-ca.crt's)."""
+    return str(volume.get("name", "")).startswith("kube-api-access-") and "projected" in volume
 
 
 def _target_port(service: dict[str, Any], port: str | None) -> str | None:

@@ -359,7 +359,8 @@ class _Api:
             return self._list(t, q, accept)
         if verb == "create":
             body, warnings = await self._decoded(request, t.rt, "CreateOptions")
-            obj = self.store.create(t.rt, t.namespace, body, dry_run=_dry_run(q), field_manager=_manager(request))
+            obj = self.store.create(t.rt, t.namespace, body, dry_run=_dry_run(q), field_manager=_manager(request),
+                                    warnings=warnings)
             return _warned(json_response(self.store.encode(obj, t.rt), status=201), warnings)
         if verb == "deletecollection":
             if t.rt.key == ("", "namespaces"):
@@ -411,7 +412,7 @@ class _Api:
             existed = _exists(self.store, t)
             body, warnings = await self._decoded(request, rt, "UpdateOptions", sub)
             obj = self.store.update(rt, t.namespace, name, body, sub, dry_run=_dry_run(q),
-                                    field_manager=_manager(request))
+                                    field_manager=_manager(request), warnings=warnings)
             return _warned(json_response(self._encode(rt, obj), status=200 if existed or sub else 201), warnings)
         if verb == "patch":
             return await self._patch(request, t)
@@ -456,7 +457,7 @@ class _Api:
         force = parse_bool("force", q.get("force")) or False
         manager = q.get("fieldManager") if patch_type == "apply" else _manager(request)
         obj, created = self.store.patch(t.rt, t.namespace, t.name, patch_type, body, t.subresource,
-                                        manager, force, dry_run=_dry_run(q))
+                                        manager, force, dry_run=_dry_run(q), warnings=warnings)
         return _warned(json_response(self._encode(t.rt, obj), status=201 if created else 200), warnings)
 
     async def _log(self, t: Target, q: Any) -> web.Response:

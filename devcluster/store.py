@@ -20,7 +20,7 @@ import orjson
 from devcluster import crds, managedfields, rules
 from devcluster.allocator import AllocationError, ServiceAllocator
 from devcluster.apply import server_side_apply
-from devcluster.defaults import apply_builtin_defaults, initial_status
+from devcluster.defaults import apply_builtin_defaults, initial_status, sync_app_armor
 from devcluster.errors import (
     ApiError,
     FieldError,
@@ -28,7 +28,7 @@ from devcluster.errors import (
     bad_request,
     conflict,
     expired,
-    forbidden,
+    forbidden_object,
     invalid,
     not_found,
     timeout,
@@ -73,6 +73,9 @@ class Store:
                  watch_timeout: float = 1800.0, continue_ttl: float = 300.0, start_rv: int = 1000,
                  seed: int | None = None, clock: Callable[[], float] = time.time) -> None:
         self.registry = registry or Registry.with_builtins()
+        # the admission steps (devcluster/admission.py) every write goes through; None = none, as a
+        # bare store for unit tests (DevCluster installs them)
+        self.admission: Any = None
         self.rv = start_rv  # the global counter: +1 per persisted write
         self.bookmark_interval = bookmark_interval
         self.watch_timeout = watch_timeout
@@ -175,11 +178,12 @@ class Store:
     # -- create --------------------------------------------------------------------------------
 
     def create(self, rt: ResourceType, namespace: str | None, body: Any, *, dry_run: bool = False,
-               field_manager: str | None = None) -> dict[str, Any]:
+               field_manager: str | None = None, warnings: list[str] | None = None) -> dict[str, Any]:
         """POST semantics (spec §4.3, §5.3). `body` is owned by the store afterwards.
 
         With `field_manager` the write is recorded in managedFields as that manager's Update;
         without (in-process controllers, apply-created objects) managedFields stay as given.
+        Admission warnings are appended to `warnings` when given.
         """
         obj = rules.as_object(body)
         ns = self._create_namespace(rt, namespace, obj)
@@ -193,6 +197,7 @@ class Store:
             m["namespace"] = ns
         else:
             m.pop("namespace", None)
+        requested_name = str(m.get("name") or m.get("generateName") or "")
         self._name_for_create(rt, ns, m)
         now = self._clock()
         m["uid"] = new_uid()
@@ -200,10 +205,14 @@ class Store:
         if rt.generation:
             m["generation"] = 1
         obj = self._create_defaults(rt, obj, now)
+        if self.admission is not None:
+            self.admission.mutate(rt, obj, None, name=requested_name)
         if field_manager is not None:
             managedfields.record_update(rt, None, obj, manager=field_manager, subresource=None,
                                         requested=obj["metadata"].get("managedFields"), now=now)
         self._validate(rt, obj, None)
+        if self.admission is not None:
+            self.admission.validate(rt, obj, None, warnings=warnings)
         if (ns, m["name"]) in self._bucket(rt):
             raise already_exists(rt.resource, rt.group, m["name"])
         if dry_run:
@@ -227,8 +236,13 @@ class Store:
         ns_obj = self._objects.get(NS_KEY, {}).get(("", ns))
         if ns_obj is None:
             raise not_found("namespaces", "", ns)
-        if ns_obj["metadata"].get("deletionTimestamp"):
-            raise forbidden(f"unable to create new content in namespace {ns} because it is being terminated")
+        if ns_obj["metadata"].get("deletionTimestamp"):  # the NamespaceLifecycle admission's refusal
+            m = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+            raise forbidden_object(
+                rt.resource, rt.group, str(m.get("name") or m.get("generateName") or ""),
+                f"unable to create new content in namespace {ns} because it is being terminated",
+                [{"reason": "NamespaceTerminating", "message": f"namespace {ns} is being terminated",
+                  "field": "metadata.namespace"}])
         return ns
 
     def _name_for_create(self, rt: ResourceType, ns: str, m: dict[str, Any]) -> None:
@@ -252,6 +266,8 @@ class Store:
                 obj.pop("status", None)
             return crds.prepare_cr(rt, obj)
         apply_builtin_defaults(rt.key, obj)
+        if rt.key == POD_KEY:
+            sync_app_armor(obj)
         if rt.status:
             status = initial_status(rt.key, obj, obj.get("status"))
             if status is None:
@@ -266,7 +282,7 @@ class Store:
 
     def update(self, rt: ResourceType, namespace: str | None, name: str, body: Any,
                subresource: str | None = None, *, dry_run: bool = False,
-               field_manager: str | None = None) -> dict[str, Any]:
+               field_manager: str | None = None, warnings: list[str] | None = None) -> dict[str, Any]:
         """PUT semantics (spec §4.4-§4.7, §5.4); subresource "status" or "scale" (returns a Scale)."""
         body = rules.as_object(body)
         ns = self._ns(rt, namespace)
@@ -277,17 +293,18 @@ class Store:
         old = self._bucket(rt).get((ns, name))
         if old is None:
             if rt.key == EVENT_KEY and subresource is None:
-                return self.create(rt, ns, body, dry_run=dry_run, field_manager=field_manager)
+                return self.create(rt, ns, body, dry_run=dry_run, field_manager=field_manager, warnings=warnings)
             raise not_found(rt.resource, rt.group, name)
         rv = (body.get("metadata") or {}).get("resourceVersion")
         if rt.crd and rv in (None, ""):
             raise invalid(rt.kind, rt.group, name, [FieldError(
                 "metadata.resourceVersion", "Invalid value", "must be specified for an update", "0x0", True)])
         rules.check_rv_precondition(rt, old, rv)
-        return self._apply_update(rt, old, body, subresource, dry_run, field_manager)
+        return self._apply_update(rt, old, body, subresource, dry_run, field_manager, warnings)
 
     def _apply_update(self, rt: ResourceType, old: dict[str, Any], body: dict[str, Any],
-                      subresource: str | None, dry_run: bool, field_manager: str | None = None) -> dict[str, Any]:
+                      subresource: str | None, dry_run: bool, field_manager: str | None = None,
+                      warnings: list[str] | None = None) -> dict[str, Any]:
         requested = (body.get("metadata") or {}).get("managedFields")
         if subresource == "status":
             new = rules.status_only(rt, old, body)
@@ -299,6 +316,8 @@ class Store:
             managedfields.record_update(rt, old, new, manager=field_manager, subresource=subresource,
                                         requested=requested, now=self._clock())
         self._validate(rt, new, old)
+        if self.admission is not None:
+            self.admission.validate(rt, new, old, subresource=subresource, warnings=warnings)
         return self._write(rt, old, new, dry_run)
 
     def _prepare_main(self, rt: ResourceType, old: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
@@ -361,7 +380,7 @@ class Store:
 
     def patch(self, rt: ResourceType, namespace: str | None, name: str, patch_type: str, patch_body: Any,
               subresource: str | None = None, field_manager: str | None = None, force: bool = False,
-              *, dry_run: bool = False) -> tuple[dict[str, Any], bool]:
+              *, dry_run: bool = False, warnings: list[str] | None = None) -> tuple[dict[str, Any], bool]:
         """PATCH semantics (spec §5.5): returns (result, created). Apply creates when absent.
 
         `field_manager` names the writer in managedFields (required for apply, where `force`
@@ -372,7 +391,7 @@ class Store:
         old = self._bucket(rt).get((ns, name))
         if old is None:
             if patch_type == "apply" and subresource is None:
-                return self._apply_create(rt, ns, name, patch_body, field_manager or "", dry_run), True
+                return self._apply_create(rt, ns, name, patch_body, field_manager or "", dry_run, warnings), True
             raise not_found(rt.resource, rt.group, name)
         if subresource == "scale":
             if not rt.scale:
@@ -384,10 +403,10 @@ class Store:
             patched = _copy(server_side_apply(rt, old, _copy(patch_body), manager=field_manager or "", force=force,
                                               now=self._clock(), subresource=subresource))
             self._check_patched(rt, old, patched)
-            return self._apply_update(rt, old, patched, subresource, dry_run), False
+            return self._apply_update(rt, old, patched, subresource, dry_run, warnings=warnings), False
         patched = _copy(fn(old, patch_body))
         self._check_patched(rt, old, patched)
-        return self._apply_update(rt, old, patched, subresource, dry_run, field_manager), False
+        return self._apply_update(rt, old, patched, subresource, dry_run, field_manager, warnings), False
 
     def _patch_fn(self, rt: ResourceType, patch_type: str, body: Any,
                   field_manager: str | None) -> Callable[[Any, Any], Any]:
@@ -426,12 +445,12 @@ class Store:
         rules.check_rv_precondition(rt, old, pm.get("resourceVersion"))
 
     def _apply_create(self, rt: ResourceType, ns: str, name: str, body: Any, manager: str,
-                      dry_run: bool) -> dict[str, Any]:
+                      dry_run: bool, warnings: list[str] | None = None) -> dict[str, Any]:
         obj = _copy(rules.as_object(body))
         rules.check_coordinates(rt, ns, name, obj)
         rules.own_meta(obj)["name"] = name
         obj = _copy(server_side_apply(rt, None, obj, manager=manager, force=False, now=self._clock()))
-        return self.create(rt, ns or None, obj, dry_run=dry_run)
+        return self.create(rt, ns or None, obj, dry_run=dry_run, warnings=warnings)
 
     # -- delete --------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from devcluster.controllers.claim import claim
 from devcluster.controllers.meta import (
     annotations_of,
     controller_ref,
+    find_condition,
     get_controller_of,
     is_deleting,
     labels_of,
@@ -155,8 +156,25 @@ def compute_status(
     reason, message = progress
     set_condition(conds, "Progressing", "True", reason=reason, message=message,
                   heartbeat_field="lastUpdateTime")
+    _replica_failure(conds, new, olds)
     conds.sort(key=lambda c: 0 if c["type"] == "Available" else 1)
     return status
+
+
+def _replica_failure(conds: list[dict[str, Any]], new: dict[str, Any] | None, olds: list[dict[str, Any]]) -> None:
+    """A ReplicaSet's ReplicaFailure (the new one's first) shown on the Deployment, as the real
+    controller shows it: kept while its status and reason stay, removed with the last one."""
+    found = next((c for rs in ([new] if new else []) + olds
+                  for c in (rs.get("status") or {}).get("conditions") or [] if c.get("type") == "ReplicaFailure"), None)
+    current = find_condition(conds, "ReplicaFailure")
+    if current is not None and found is not None and (current.get("status"), current.get("reason")) == (
+            found.get("status"), found.get("reason")):
+        return
+    conds[:] = [c for c in conds if c.get("type") != "ReplicaFailure"]
+    if found is not None:
+        when = found.get("lastTransitionTime")
+        conds.append({"type": "ReplicaFailure", "status": found.get("status"), "lastUpdateTime": when,
+                      "lastTransitionTime": when, "reason": found.get("reason"), "message": found.get("message")})
 
 
 # -- the controller -----------------------------------------------------------------

@@ -88,6 +88,20 @@ class NamespaceDefaults(Controller):
         self._ensure_ca(name)
         return None
 
+    def ensure_service_account(self, namespace: str) -> dict[str, Any] | None:
+        """The `default` ServiceAccount of an active namespace, made now when missing; None for a
+        namespace that is absent or terminating. The ServiceAccount admission calls this where the
+        real one waits for the controller to make it."""
+        try:
+            ns = self.store.get(self.ns_rt, None, namespace)
+        except ApiError as err:
+            if err.code == 404:
+                return None
+            raise
+        if is_deleting(ns) or (ns.get("status") or {}).get("phase") == "Terminating":
+            return None
+        return self._ensure(self.sa_rt, namespace, SERVICE_ACCOUNT, default_service_account(namespace))
+
     def _ensure(self, rt: Any, ns: str, name: str, body: dict[str, Any]) -> dict[str, Any] | None:
         try:
             return self.store.get(rt, ns, name)

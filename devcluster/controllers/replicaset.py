@@ -19,6 +19,7 @@ from devcluster.controllers.meta import (
     get_controller_of,
     is_deleting,
     labels_of,
+    now_time,
     seconds_since,
 )
 from devcluster.controllers.podops import create_pod, delete_pod
@@ -30,6 +31,7 @@ log = logging.getLogger("devcluster.replicaset")
 
 COMPONENT = "replicaset-controller"
 MAX_BURST = 500
+REPLICA_FAILURE = "ReplicaFailure"
 
 
 def is_active(pod: dict[str, Any]) -> bool:
@@ -70,8 +72,10 @@ def build_pod(rs: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": copy.deepcopy(tmpl.get("spec") or {})}
 
 
-def compute_status(rs: dict[str, Any], active: list[dict[str, Any]]) -> tuple[dict[str, Any], float | None]:
-    """RS status from its active pods, and when availability will next change."""
+def compute_status(rs: dict[str, Any], active: list[dict[str, Any]],
+                   failure: tuple[str, str] | None = None) -> tuple[dict[str, Any], float | None]:
+    """RS status from its active pods, and when availability will next change; `failure` is the
+    (reason, message) of a pod create or delete that failed in this sync (ReplicaFailure)."""
     tmpl_labels = ((rs["spec"].get("template") or {}).get("metadata") or {}).get("labels") or {}
     min_ready = int(rs["spec"].get("minReadySeconds") or 0)
     ready = available = 0
@@ -93,7 +97,23 @@ def compute_status(rs: dict[str, Any], active: list[dict[str, Any]]) -> tuple[di
         availableReplicas=available,
         observedGeneration=rs["metadata"].get("generation", 1),
     )
+    _replica_failure(status, failure)
     return status, wake
+
+
+def _replica_failure(status: dict[str, Any], failure: tuple[str, str] | None) -> None:
+    """As the real controller: the first failure sets the condition (later ones leave it as it is), a
+    sync without failure removes it."""
+    conds = [c for c in status.get("conditions") or [] if c.get("type") != REPLICA_FAILURE]
+    current = find_condition(status.get("conditions"), REPLICA_FAILURE)
+    if failure is not None:
+        reason, message = failure
+        conds.append(current or {"type": REPLICA_FAILURE, "status": "True", "lastTransitionTime": now_time(),
+                                 "reason": reason, "message": message})
+    if conds:
+        status["conditions"] = conds
+    else:
+        status.pop("conditions", None)
 
 
 class ReplicaSetController(Controller):
@@ -150,31 +170,38 @@ class ReplicaSetController(Controller):
             return None
         owned = claim(self.store, self.pod_rt, rs)
         active = [p for p in owned if is_active(p)]
-        self._manage_replicas(rs, active)
+        failure = self._manage_replicas(rs, active)
         active = [p for p in self._owned_pods(rs) if is_active(p)]
-        return self._write_status(rs, active)
+        wake = self._write_status(rs, active, failure)
+        if failure is not None:
+            raise failure[1]  # retried with backoff, as the real controller requeues a failed sync
+        return wake
 
     def _owned_pods(self, rs: dict[str, Any]) -> list[dict[str, Any]]:
         return self.store.controlled_by(self.pod_rt, rs["metadata"]["uid"], rs["metadata"]["namespace"])
 
-    def _manage_replicas(self, rs: dict[str, Any], active: list[dict[str, Any]]) -> None:
+    def _manage_replicas(self, rs: dict[str, Any], active: list[dict[str, Any]]) -> tuple[str, ApiError] | None:
+        """Create or delete pods toward `spec.replicas`; the first failure stops the batch and is
+        returned with its ReplicaFailure reason (FailedCreate, FailedDelete)."""
         want = int(rs["spec"].get("replicas", 1))
         diff = len(active) - want
-        if diff < 0:
-            self._create_pods(rs, min(-diff, MAX_BURST))
-        elif diff > 0:
-            for pod in pods_to_delete(active, min(diff, MAX_BURST)):
-                self._delete_pod(rs, pod)
-
-    def _create_pods(self, rs: dict[str, Any], count: int) -> None:
-        for _ in range(count):
-            create_pod(self.store, self.pod_rt, rs, build_pod(rs), component=COMPONENT)
+        try:
+            if diff < 0:
+                for _ in range(min(-diff, MAX_BURST)):
+                    create_pod(self.store, self.pod_rt, rs, build_pod(rs), component=COMPONENT)
+            elif diff > 0:
+                for pod in pods_to_delete(active, min(diff, MAX_BURST)):
+                    self._delete_pod(rs, pod)
+        except ApiError as err:
+            return ("FailedCreate" if diff < 0 else "FailedDelete"), err
+        return None
 
     def _delete_pod(self, rs: dict[str, Any], pod: dict[str, Any]) -> None:
         delete_pod(self.store, self.pod_rt, rs, pod, component=COMPONENT)
 
-    def _write_status(self, rs: dict[str, Any], active: list[dict[str, Any]]) -> float | None:
-        status, wake = compute_status(rs, active)
+    def _write_status(self, rs: dict[str, Any], active: list[dict[str, Any]],
+                      failure: tuple[str, ApiError] | None = None) -> float | None:
+        status, wake = compute_status(rs, active, (failure[0], failure[1].message) if failure else None)
         if status != rs.get("status"):
             def edit(obj: dict[str, Any]) -> None:
                 obj["status"] = status

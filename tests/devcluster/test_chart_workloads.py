@@ -16,10 +16,14 @@ def _running_nodes(store, ns, labels):
 async def test_chart_lc_runs_on_edge_nodes_and_gm_on_the_cloud_node(live):
     store = live.store
     rendered = render_chart()
-    docs = {d["kind"]: d for docs in rendered.values() for d in docs if d["kind"] in ("DaemonSet", "Deployment")}
+    every = [d for docs in rendered.values() for d in docs]
+    docs = {d["kind"]: d for d in every if d["kind"] in ("DaemonSet", "Deployment")}
     ns, gm_ns = docs["DaemonSet"]["metadata"]["namespace"], docs["Deployment"]["metadata"]["namespace"]
-    for name in (ns, gm_ns):  # the LC has a namespace of its own
-        store.create(rt(store, "namespaces"), None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    # the chart's namespaces (the LC has one of its own; both labelled for Pod Security, so the pods
+    # below pass their admission) and the ServiceAccounts the pods run as
+    for kind, resource in (("Namespace", "namespaces"), ("ServiceAccount", "serviceaccounts")):
+        for doc in (d for d in every if d["kind"] == kind):
+            store.create(rt(store, resource), doc["metadata"].get("namespace"), doc)
     store.create(rt(store, "daemonsets", "apps"), ns, docs["DaemonSet"])
     store.create(rt(store, "deployments", "apps"), gm_ns, docs["Deployment"])
     await eventually(lambda: _running_nodes(store, ns, "sedna=lc") == ["edge-node-1", "edge-node-2"],

@@ -24,14 +24,17 @@ strict xfail), so the list cannot go stale. A case:
         status: 404
         body: {kind: Status, reason: NotFound}   # optional: a subset of the answer's JSON
         headers: {Content-Type: application/json} # optional: a subset (names case-insensitive;
-                                                  # a value is a regex matched from the start)
+                                                  # a value is a regex matched from the start; a
+                                                  # header sent several times is its values joined
+                                                  # by ", ")
         absent: [metadata.managedFields]          # optional: dotted paths that must not exist
         lines: [{type: ADDED}, ...]               # optional, for watch streams: the first JSON
                                                   # lines of the body, each a subset as above
 
 Subset matching: a mapping matches when each of its keys matches; a list matches a list of
 the same length element by element; `{$len: N}` matches a list or string of length N;
-`{$any: true}` matches anything that is present; other values must be equal.
+`{$any: true}` matches anything that is present; `{$literal: v}` matches `v` exactly and is never
+renamed on the real server (a ServiceAccount named `default`); other values must be equal.
 """
 
 from __future__ import annotations
@@ -105,6 +108,8 @@ def match(expected: Any, actual: Any, where: str = "") -> list[str]:
         return [] if ok else [f"{where or '.'}: want length {expected['$len']}, got {actual!r:.200}"]
     if isinstance(expected, dict) and "$any" in expected:
         return []
+    if isinstance(expected, dict) and "$literal" in expected:
+        return match(expected["$literal"], actual, where)
     if isinstance(expected, dict):
         if not isinstance(actual, dict):
             return [f"{where or '.'}: want a mapping, got {actual!r:.200}"]
@@ -131,7 +136,7 @@ def _lookup(doc: Any, dotted: str) -> bool:
     return True
 
 
-async def _send(http: aiohttp.ClientSession, base: str, req: dict) -> tuple[int, dict, bytes]:
+async def _send(http: aiohttp.ClientSession, base: str, req: dict) -> tuple[int, Any, bytes]:
     headers = dict(req.get("headers") or {})
     data: bytes | None = None
     if "body_hex" in req:
@@ -144,7 +149,7 @@ async def _send(http: aiohttp.ClientSession, base: str, req: dict) -> tuple[int,
     if data is not None:
         headers.setdefault("Content-Type", req.get("content_type", "application/json"))
     async with http.request(req["method"], base + req["path"], data=data, headers=headers) as resp:
-        return resp.status, dict(resp.headers), await resp.read()
+        return resp.status, resp.headers, await resp.read()
 
 
 @pytest.fixture(params=["dev", pytest.param("real", marks=getattr(pytest.mark, REAL_MARK))])
@@ -198,6 +203,8 @@ def _in_namespace(case: dict, ns: str, admin: str) -> dict:
     """The case with every `default` token (a path's namespace, a body's, a message's) naming `ns`,
     and the dev cluster's admin user named as the real cluster's kubeconfig user."""
     def walk(value: Any, key: str = "") -> Any:
+        if isinstance(value, dict) and "$literal" in value:
+            return value
         if isinstance(value, dict):
             return {k: walk(v, k) for k, v in value.items()}
         if isinstance(value, list):
@@ -273,7 +280,7 @@ async def _served(http: aiohttp.ClientSession, base: str, crd: dict) -> None:
 
 
 async def _run(http: aiohttp.ClientSession, base: str, case: dict, created: list[str] | None = None) -> None:
-    async def send(req: dict) -> tuple[int, dict, bytes]:
+    async def send(req: dict) -> tuple[int, Any, bytes]:
         status, headers, raw = await _send(http, base, req)
         path = req["path"].split("?")[0]
         if created is not None and req["method"] == "POST" and 200 <= status < 300 and _CLUSTER_SCOPED.match(path):
@@ -293,7 +300,9 @@ async def _run(http: aiohttp.ClientSession, base: str, case: dict, created: list
     status, headers, raw = await send(case["request"])
     expect = case["expect"]
     problems = [] if status == expect["status"] else [f"status: want {expect['status']}, got {status}"]
-    folded = {k.lower(): v for k, v in headers.items()}
+    folded: dict[str, str] = {}
+    for k, v in headers.items():  # a header sent several times: its values joined by ", " (RFC 9110)
+        folded[k.lower()] = f"{folded[k.lower()]}, {v}" if k.lower() in folded else v
     for name, pattern in (expect.get("headers") or {}).items():
         value = folded.get(name.lower())
         if value is None or not re.match(pattern, value):
