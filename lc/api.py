@@ -13,6 +13,9 @@ names too long, text that is not valid Unicode: proto/limits.py, the GM's own ru
 refused here with 400, as are bodies that do not decompress; unknown Content-Encodings
 get 415, a body that does not arrive in time 408.
 
+A full outbox (lc/store.py) is a 503 with Retry-After: the body was fine, the LC cannot
+keep it now.
+
 A refusal stops the work it refuses: a body refused for its size (declared, read, or once
 inflated), one that does not decode, one that does not arrive in time, and any refused
 request whose body has not all arrived (wrong media type, no such route...) are answered
@@ -51,7 +54,7 @@ from lc.errors import ReportError, StoreError
 from lc.metrics import LCMetrics
 from lc.openapi import DOCUMENT, MAX_BODY, MAX_LIST_LIMIT
 from lc.report import decode_report, parse_json
-from lc.store import Page, Store
+from lc.store import OutboxFullError, Page, Store
 from shared.logs import event
 from shared.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from shared.server_limits import ServerLimits
@@ -75,6 +78,7 @@ CONTENT_ENCODINGS = ("identity", "gzip", "deflate")
 DEFAULT_LIMIT = 100  # items in one page of a listing, MAX_LIST_LIMIT at most
 LIST_ITEM_BYTES = 64 << 10  # a listed report longer than this is shown as a marker
 PAGE_BYTES = 4 << 20  # a page ends early once its reports (or bodies) add up to this
+STORE_RETRY_AFTER = "3"  # seconds, when the store cannot take a report now
 
 
 class ClientGone(Exception):
@@ -139,12 +143,18 @@ async def _report(request: web.Request, metrics: LCMetrics) -> web.StreamRespons
         event(log, "client went away", level=logging.INFO, worker=clip(path_name),
               peer=request.remote or "")
         return error_response(400, "the client closed the connection before its body arrived")
+    except OutboxFullError as exc:  # nothing was stored: the worker retries the 503
+        metrics.reports_rejected.inc("outbox_full")
+        event(log, "report refused", level=logging.INFO, worker=clip(path_name),
+              reason="outbox_full", error=str(exc))
+        return error_response(503, f"report of worker(name={clip(path_name)}) not stored: "
+                                   f"{exc}", **{"Retry-After": STORE_RETRY_AFTER})
     except StoreError as exc:
         metrics.reports_rejected.inc("store")
         event(log, "report not stored", level=logging.ERROR, worker=clip(path_name),
               error=str(exc))
         return error_response(503, f"report of worker(name={clip(path_name)}) not stored: "
-                                   f"{exc}", **{"Retry-After": "3"})
+                                   f"{exc}", **{"Retry-After": STORE_RETRY_AFTER})
     metrics.reports_accepted.inc(route)
     metrics.report_seconds.observe(time.perf_counter() - started)
     return web.Response(body=OK_BODY, content_type=JSON)
@@ -324,6 +334,7 @@ async def metrics(request: web.Request) -> web.Response:
     lc_metrics, store = request.app[METRICS_KEY], request.app[STORE_KEY]
     lc_metrics.set_dead_letters(store.dead_letter_counts)
     lc_metrics.set_dropped(store.dropped)
+    lc_metrics.outbox_bytes.set(await store.outbox_bytes())
     text = lc_metrics.registry.render()
     return web.Response(text=text, headers={"Content-Type": METRICS_CONTENT_TYPE})
 

@@ -48,6 +48,7 @@ class LCConfig:
     unknown_owner_bytes: int = 16 << 20  # all such reports together
     workers_bytes: int = 64 << 20  # every worker record together
     dead_letters_bytes: int = 16 << 20
+    outbox_bytes: int = 64 << 20  # reports waiting for the GM; over it, 503
     http_idle_timeout: float = 15.0  # keep-alive idle limit, also the deadline for headers
     http_body_timeout: float = 30.0
     http_max_conns_per_client: int = 512
@@ -82,7 +83,8 @@ class LCConfig:
         return StoreBounds(worker_ttl=self.worker_ttl, unknown_owner_ttl=self.unknown_owner_ttl,
                            unknown_owner_bytes=self.unknown_owner_bytes,
                            workers_bytes=self.workers_bytes,
-                           dead_letters_bytes=self.dead_letters_bytes)
+                           dead_letters_bytes=self.dead_letters_bytes,
+                           outbox_bytes=self.outbox_bytes)
 
 
 def load(env: Mapping[str, str] | None = None) -> LCConfig:
@@ -114,6 +116,7 @@ def load(env: Mapping[str, str] | None = None) -> LCConfig:
         unknown_owner_bytes=_byte_cap(env, "LC_UNKNOWN_OWNER_BYTES", 16 << 20),
         workers_bytes=_byte_cap(env, "LC_WORKERS_BYTES", 64 << 20),
         dead_letters_bytes=_byte_cap(env, "LC_DEAD_LETTERS_BYTES", 16 << 20),
+        outbox_bytes=_byte_cap(env, "LC_OUTBOX_BYTES", 64 << 20),
         http_idle_timeout=_positive_float(env, "LC_HTTP_IDLE_TIMEOUT", 15.0),
         http_body_timeout=_positive_float(env, "LC_HTTP_BODY_TIMEOUT", 30.0),
         http_max_conns_per_client=_positive_int(env, "LC_HTTP_MAX_CONNS_PER_CLIENT", 512),

@@ -69,7 +69,14 @@ class GroupCommitter:
             raise StoreBusyError(f"{self._max_waiting} writes already wait for a commit")
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.put_nowait((op, future, on_commit))
-        return await future
+        try:
+            return await future
+        except BaseException:
+            # The future holds the error, whose traceback holds this frame: without this the
+            # cycle (and every frame of the caller's, with the report it held) would wait for
+            # the garbage collector.
+            del future
+            raise
 
     async def close(self) -> None:
         """Commit everything already submitted, then stop the writer."""
@@ -86,6 +93,7 @@ class GroupCommitter:
             batch, stop = await self._next_batch()
             if batch:
                 await self._commit(loop, batch)
+            del batch  # its ops hold what they wrote (whole reports): not while idle
             if stop:
                 return
 

@@ -9,6 +9,8 @@ from shared.metrics import Counter, Gauge, Histogram, Registry
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 ROUTES = ("forwarded", "ignored", "unrouted")
+BUSY_REASONS = ("outbox_full",)
+"""Refusals of a report that was fine (503 + Retry-After): shown from the start, at 0."""
 
 
 class LCMetrics:
@@ -31,7 +33,9 @@ class LCMetrics:
         self.store_dropped: Counter = r.counter(
             "sedna_lc_store_dropped_total", "Stored records dropped, oldest first, to keep a "
             "table within its cap: unknown_owner (reports of owners this node does not hold), "
-            "worker (all worker records), dead_letter (bytes or count).", ["record"])
+            "worker (all worker records), dead_letter (bytes or count), outbox_covered "
+            "(reports for the GM superseded by a newer one of the same object and worker).",
+            ["record"])
         self.commit_seconds: Histogram = r.histogram(
             "sedna_lc_store_commit_seconds", "Duration of one group-commit transaction.")
         self.batch_size: Histogram = r.histogram(
@@ -40,11 +44,16 @@ class LCMetrics:
         self.outbox_size: Gauge = r.gauge(
             "sedna_lc_outbox_size", "Reports committed and not yet acked by the GM.",
             fn=outbox_size)
+        self.outbox_bytes: Gauge = r.gauge(
+            "sedna_lc_outbox_bytes", "Bytes of the reports in the outbox (LC_OUTBOX_BYTES "
+            "bounds them).")
         self.dead_letters: Gauge = r.gauge(
             "sedna_lc_dead_letters", "Reports the GM can never apply, held in the dead-letter "
             "table, by reason (refused, unsendable, protocol).", ["reason"])
         for route in ROUTES:
             self.reports_accepted.inc(route, amount=0)
+        for reason in BUSY_REASONS:
+            self.reports_rejected.inc(reason, amount=0)
         for record in DROPPED:
             self.store_dropped.inc(record, amount=0)
         self.set_dead_letters({})

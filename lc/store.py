@@ -15,6 +15,14 @@ Why SQLite and how it is used:
   power; group commit (lc/groupcommit.py) shares one fsync among all reports that
   arrive together, so FULL costs little throughput. LC_DB_SYNCHRONOUS=NORMAL trades that
   guarantee for latency.
+- The outbox is bounded in bytes (`StoreBounds.outbox_bytes`): its rows are accepted
+  reports that must not be lost, so a worker report that would take it over the cap is
+  refused (the API answers 503) and nothing old is dropped for it, except reports that a
+  newer row of their fold key supersedes (`covered`, kept by a trigger): they count as
+  free room, and are deleted once the outbox is over its cap. So a steady stream of
+  latest-wins reports of one object never fills it, while below the cap they stay for the
+  link to fold and settle with the covering ack as before. Reports that waited for their
+  job (at most the unknown owners' cap) and the LC's own small reports are never refused.
 - A report the GM can never apply (refused with a reason, or one that cannot be sent) is
   moved from the outbox to `lc_deadletters` with the reason, in one transaction, so it
   neither blocks the reports behind it nor disappears without a trace. Its body is cut to
@@ -50,22 +58,32 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
-from lc.errors import StoreClosedError, StoreCorruptError, StoreError, StoreOpenError
+from lc.errors import (
+    StoreBusyError,
+    StoreClosedError,
+    StoreCorruptError,
+    StoreError,
+    StoreOpenError,
+)
 from lc.fold import fold_key
 from lc.groupcommit import BatchObserver, GroupCommitter, Op
 from shared.text import clip
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 MAX_DEAD_LETTERS = 10_000
 DEAD_LETTER_BODY = 64 << 10
 DEFAULT_WORKER_TTL = 7 * 24 * 3600.0
 DEAD_LETTER_REASONS = ("refused", "unsendable", "protocol")
 """refused: the GM acked it with an error; unsendable: this LC cannot encode it within the
 protocol's limits; protocol: the GM closed the session over this report's frame."""
-DROPPED = ("unknown_owner", "worker", "dead_letter")
-"""Which cap dropped a record: the unknown owners' bytes, the workers table's bytes, or the
-dead letters' bytes or count."""
+DROPPED = ("unknown_owner", "worker", "dead_letter", "outbox_covered")
+"""Which cap dropped a record: the unknown owners' bytes, the workers table's bytes, the
+dead letters' bytes or count, or the outbox's bytes (only reports a newer one covers)."""
 MAX_ERROR_TEXT = 2048  # characters of a dead letter's error kept
+
+
+class OutboxFullError(StoreBusyError):
+    """The outbox holds as many bytes of reports as it may; retry once the GM took some."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +97,7 @@ class StoreBounds:
     dead_letters_bytes: int = 16 << 20
     dead_letters: int = MAX_DEAD_LETTERS
     dead_letter_body: int = DEAD_LETTER_BODY  # a longer body is kept as a marker
+    outbox_bytes: int = 64 << 20  # reports for the GM; a worker report beyond it is refused
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -100,8 +119,11 @@ CREATE TABLE IF NOT EXISTS lc_outbox (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,
     body TEXT NOT NULL, created_at REAL NOT NULL,
-    fold TEXT);
+    fold TEXT, bytes INTEGER NOT NULL DEFAULT 0, covered INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS lc_outbox_fold ON lc_outbox (fold, seq) WHERE fold IS NOT NULL;
+CREATE INDEX IF NOT EXISTS lc_outbox_newest ON lc_outbox (fold)
+    WHERE covered = 0 AND fold IS NOT NULL;
+CREATE INDEX IF NOT EXISTS lc_outbox_covered ON lc_outbox (seq) WHERE covered = 1;
 CREATE TABLE IF NOT EXISTS lc_job_state (
     kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,
     state TEXT NOT NULL, updated_at REAL NOT NULL,
@@ -140,6 +162,27 @@ ON lc_workers BEGIN
     UPDATE lc_usage SET records = records + 1, bytes = bytes + NEW.bytes
      WHERE what = 'workers' OR (what = 'unknown_owner' AND NEW.owner_known = 0);
 END;
+CREATE TRIGGER IF NOT EXISTS lc_outbox_added AFTER INSERT ON lc_outbox BEGIN
+    UPDATE lc_usage SET records = records + 1, bytes = bytes + NEW.bytes WHERE what = 'outbox';
+END;
+CREATE TRIGGER IF NOT EXISTS lc_outbox_covers AFTER INSERT ON lc_outbox
+WHEN NEW.fold IS NOT NULL BEGIN
+    UPDATE lc_outbox SET covered = 1 WHERE fold = NEW.fold AND covered = 0 AND seq < NEW.seq;
+END;
+CREATE TRIGGER IF NOT EXISTS lc_outbox_removed AFTER DELETE ON lc_outbox BEGIN
+    UPDATE lc_usage SET records = records - 1, bytes = bytes - OLD.bytes WHERE what = 'outbox';
+END;
+CREATE TRIGGER IF NOT EXISTS lc_outbox_covered_removed AFTER DELETE ON lc_outbox
+WHEN OLD.covered = 1 BEGIN
+    UPDATE lc_usage SET records = records - 1, bytes = bytes - OLD.bytes
+     WHERE what = 'outbox_covered';
+END;
+CREATE TRIGGER IF NOT EXISTS lc_outbox_covered AFTER UPDATE OF covered ON lc_outbox
+WHEN NEW.covered <> OLD.covered BEGIN
+    UPDATE lc_usage SET records = records + NEW.covered - OLD.covered,
+           bytes = bytes + (NEW.covered - OLD.covered) * NEW.bytes
+     WHERE what = 'outbox_covered';
+END;
 CREATE TRIGGER IF NOT EXISTS lc_deadletters_added AFTER INSERT ON lc_deadletters BEGIN
     UPDATE lc_usage SET records = records + 1, bytes = bytes + NEW.bytes
      WHERE what = 'deadletters';
@@ -153,10 +196,14 @@ ON lc_deadletters BEGIN
     UPDATE lc_usage SET bytes = bytes - OLD.bytes + NEW.bytes WHERE what = 'deadletters';
 END;
 """
-"""Invariant: lc_usage holds, for 'workers', 'unknown_owner' (workers with owner_known = 0)
-and 'deadletters', the number of rows and the sum of their `bytes` (the stored JSON's
-length in UTF-8, plus the error's for a dead letter). Rows are only ever replaced by
-UPSERT, whose UPDATE fires the triggers (INSERT OR REPLACE would delete without them)."""
+"""Invariants: lc_usage holds, for 'workers', 'unknown_owner' (workers with owner_known = 0),
+'deadletters', 'outbox' and 'outbox_covered' (outbox rows with covered = 1), the number of
+rows and the sum of their `bytes` (the stored JSON's length in UTF-8, plus the error's for a
+dead letter). Rows are only ever replaced by UPSERT, whose UPDATE fires the triggers (INSERT
+OR REPLACE would delete without them). An outbox row has covered = 1 exactly when a row with
+a higher seq has its fold key; it is inserted with covered = 0 and its `bytes`, and only its
+`covered` ever changes, from 0 to 1 (so the outbox triggers stay single-row lookups: they
+run for every report). A migration that fills `bytes` recounts lc_usage afterwards."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,10 +419,16 @@ class Store:
     async def append_report(self, kind: str, namespace: str, name: str, body: Any, *,
                             source: str = "") -> int:
         """Durably append one report for the GM (from `source`, a worker or "" for the LC
-        itself); returns its sequence number."""
-        seqs = await self.write(_append_op([_row(kind, namespace, name, body, source)]),
-                                on_commit=self._published)
-        return seqs[0]
+        itself, never refused for the outbox's size); returns its sequence number."""
+        rows = [_row(kind, namespace, name, body, source)]
+        cap = self.bounds.outbox_bytes
+        appended = await self.write(lambda c: _append(c, rows, cap=cap),
+                                    on_commit=self._published)
+        return appended.seqs[0]
+
+    async def outbox_bytes(self) -> int:
+        """Bytes of the reports in the outbox (their JSON bodies)."""
+        return (await self._read(lambda c: _usage(c, "outbox")))[1]
 
     async def write(self, op: Op, *, on_commit: Callable[[Any], None] | None = None) -> Any:
         """Run `op(conn)` in the next group-commit transaction; return its result.
@@ -384,8 +437,11 @@ class Store:
             raise StoreClosedError("store is closed")
         return await self._committer.submit(op, on_commit=on_commit)
 
-    def _published(self, seqs: list[int]) -> None:
+    def _published(self, appended: Appended) -> None:
         """Account for committed outbox rows and wake whoever waits for them."""
+        self._outbox_size -= appended.compacted
+        self._dropped.update(outbox_covered=appended.compacted)
+        seqs = appended.seqs
         if not seqs:
             return
         self._outbox_size += len(seqs)
@@ -513,42 +569,47 @@ class Store:
                             entries: list[tuple[str, str, str, Any]]) -> list[int]:
         """Store a worker's last report and its outbox entries in one transaction. The
         record counts as of an unknown owner unless `routed_kind` names a job this node
-        holds; records beyond the TTLs and caps go in the same transaction."""
+        holds; records beyond the TTLs and caps go in the same transaction. Nothing is
+        stored (OutboxFullError) when the entries would take the outbox over its cap."""
         rows = [_row(k, ns, n, body, report["name"]) for k, ns, n, body in entries]
         text, size = encode_sized(report)
         bounds, now = self.bounds, self.clock()
         key = (report["namespace"], report["name"])
         worker = (*key, report["ownerKind"], report["ownerName"], text, now, routed_kind, size)
 
-        def op(conn: sqlite3.Connection) -> tuple[list[int], Counter[str]]:
+        def op(conn: sqlite3.Connection) -> tuple[Appended, Counter[str]]:
+            _check_room(conn, rows, bounds.outbox_bytes)
             _expire_workers(conn, bounds, now)
             known = routed_kind is not None and _holds(conn, routed_kind, key[0],
                                                        report["ownerName"])
             conn.execute(_UPSERT_WORKER, (*worker, int(known)))
-            return _append_op(rows)(conn), _trim_workers(conn, bounds, keep=key)
+            appended = _append(conn, rows, cap=bounds.outbox_bytes)
+            return appended, _trim_workers(conn, bounds, keep=key)
 
-        seqs, _ = await self.write(op, on_commit=self._recorded)
-        return seqs
+        appended, _ = await self.write(op, on_commit=self._recorded)
+        return appended.seqs
 
-    def _recorded(self, result: tuple[list[int], Counter[str]]) -> None:
+    def _recorded(self, result: tuple[Appended, Counter[str]]) -> None:
         self._published(result[0])
         self._dropped.update(result[1])
 
     async def route_worker(self, namespace: str, name: str, received_at: float, *,
                            routed_kind: str, entries: list[tuple[str, str, str, Any]]) -> bool:
         """Mark a stored report routed to its (now known) job and append its entries, unless
-        a newer one replaced it."""
+        a newer one replaced it. Never refused for the outbox's size: the report was
+        accepted, and what waits is bounded by the unknown owners' cap."""
         rows = [_row(k, ns, n, body, name) for k, ns, n, body in entries]
+        cap = self.bounds.outbox_bytes
 
-        def op(conn: sqlite3.Connection) -> list[int]:
+        def op(conn: sqlite3.Connection) -> Appended:
             cur = conn.execute(
                 "UPDATE lc_workers SET routed_kind = ?, owner_known = 1 WHERE namespace = ? "
                 "AND name = ? AND received_at = ? AND routed_kind IS NULL",
                 (routed_kind, namespace, name, received_at))
-            return _append_op(rows)(conn) if cur.rowcount == 1 else []
+            return _append(conn, rows, cap=cap) if cur.rowcount == 1 else Appended([])
 
-        seqs = await self.write(op, on_commit=self._published)
-        return bool(seqs) or not rows
+        appended = await self.write(op, on_commit=self._published)
+        return bool(appended.seqs) or not rows
 
     async def workers(self) -> list[WorkerRecord]:
         """The last report of every worker within its TTL, by namespace and name (whole
@@ -606,11 +667,13 @@ class Store:
         def op(conn: sqlite3.Connection) -> tuple[Counter[str], dict[str, int]]:
             _expire_workers(conn, bounds, now)
             dropped = _trim_workers(conn, bounds, keep=None)
-            dropped.update(dead_letter=_trim_dead_letters(conn, bounds, keep=None))
+            dropped.update(dead_letter=_trim_dead_letters(conn, bounds, keep=None),
+                           outbox_covered=_compact_outbox(conn, bounds.outbox_bytes))
             return +dropped, _dead_counts(conn)
 
         dropped, self._dead_counts = await self.write(op)
         self._dropped.update(dropped)
+        self._outbox_size -= dropped["outbox_covered"]
 
     # ---- resources -------------------------------------------------------------------
 
@@ -666,16 +729,17 @@ class Store:
         """Append one report and replace the job state of (kind, namespace, name) in one
         transaction, so a manager whose state records what it reported neither sends a
         report twice nor loses one across a crash; returns the report's sequence number."""
-        append = _append_op([_row(kind, namespace, name, body, "")])
+        rows = [_row(kind, namespace, name, body, "")]
         row = (kind, namespace, name, encode(state), time.time())
+        cap = self.bounds.outbox_bytes
 
-        def op(conn: sqlite3.Connection) -> list[int]:
-            seqs = append(conn)
+        def op(conn: sqlite3.Connection) -> Appended:
+            appended = _append(conn, rows, cap=cap)
             conn.execute("INSERT OR REPLACE INTO lc_job_state VALUES (?,?,?,?,?)", row)
-            return seqs
+            return appended
 
-        seqs = await self.write(op, on_commit=self._published)
-        return seqs[0]
+        appended = await self.write(op, on_commit=self._published)
+        return appended.seqs[0]
 
     async def get_state(self, kind: str, namespace: str, name: str) -> Any | None:
         row = await self._read(lambda c: c.execute(
@@ -717,31 +781,71 @@ def _run_in_savepoint(conn: sqlite3.Connection, op: Op) -> Any:
     except (sqlite3.Error, StoreError, ValueError, TypeError, KeyError) as exc:
         conn.execute("ROLLBACK TO op")
         conn.execute("RELEASE op")
-        return exc if isinstance(exc, StoreError) else StoreError(f"write failed: {exc}")
+        # without its traceback: it would keep the op's frame, and what it wrote, alive
+        return (exc if isinstance(exc, StoreError)
+                else StoreError(f"write failed: {exc}")).with_traceback(None)
     conn.execute("RELEASE op")
     return result
 
 
-Row = tuple[str, str, str, str, str | None]
-"""An outbox row to insert: kind, namespace, name, body JSON, fold key."""
+Row = tuple[str, str, str, str, str | None, int]
+"""An outbox row to insert: kind, namespace, name, body JSON, fold key, the body's bytes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """What an append committed: the new rows' seqs, and how many covered rows went."""
+
+    seqs: list[int]
+    compacted: int = 0
 
 
 def _row(kind: str, namespace: str, name: str, body: Any, source: str) -> Row:
-    return (kind, namespace, name, encode(body),
-            fold_key(kind, namespace, name, body, source=source))
+    text, size = encode_sized(body)
+    return (kind, namespace, name, text, fold_key(kind, namespace, name, body, source=source),
+            size)
 
 
-def _append_op(rows: list[Row]) -> Op:
-    def op(conn: sqlite3.Connection) -> list[int]:
-        now = time.time()
-        seqs = []
-        for kind, namespace, name, body, fold in rows:
-            cur = conn.execute("INSERT INTO lc_outbox (kind, namespace, name, body, created_at, "
-                               "fold) VALUES (?,?,?,?,?,?)",
-                               (kind, namespace, name, body, now, fold))
-            seqs.append(cur.lastrowid)
-        return seqs
-    return op
+def _append(conn: sqlite3.Connection, rows: list[Row], *, cap: int) -> Appended:
+    """Insert `rows`; once the outbox is over `cap`, delete the rows newer ones cover."""
+    now = time.time()
+    seqs = []
+    for kind, namespace, name, body, fold, size in rows:
+        cur = conn.execute("INSERT INTO lc_outbox (kind, namespace, name, body, created_at, "
+                           "fold, bytes) VALUES (?,?,?,?,?,?,?)",
+                           (kind, namespace, name, body, now, fold, size))
+        seqs.append(cur.lastrowid)
+    return Appended(seqs, _compact_outbox(conn, cap))
+
+
+def _check_room(conn: sqlite3.Connection, rows: list[Row], cap: int) -> None:
+    """Refuse (OutboxFullError) rows that would take the outbox over `cap`, counting as
+    room what covered rows take and what the rows themselves would cover. An empty outbox
+    takes anything, so no report waits for room that cannot come."""
+    records, used = _usage(conn, "outbox")
+    adding = sum(row[5] for row in rows)
+    if records == 0 or used + adding <= cap:
+        return
+    covered = _usage(conn, "outbox_covered")[1]
+    superseded = sum(_newest_bytes(conn, fold) for fold in {row[4] for row in rows} - {None})
+    live = used - covered - superseded
+    if live + adding > cap:
+        raise OutboxFullError(f"the outbox is full: {live} bytes of reports wait for the GM, "
+                              f"and {adding} more would pass its cap of {cap}")
+
+
+def _newest_bytes(conn: sqlite3.Connection, fold: str) -> int:
+    """Bytes of the one uncovered row with fold key `fold` (0 if there is none)."""
+    row = conn.execute("SELECT bytes FROM lc_outbox WHERE fold = ? AND covered = 0",
+                       (fold,)).fetchone()
+    return row[0] if row else 0
+
+
+def _compact_outbox(conn: sqlite3.Connection, cap: int) -> int:
+    """Delete the covered rows when the outbox is over `cap`; how many went."""
+    if _usage(conn, "outbox")[1] <= cap or _usage(conn, "outbox_covered")[0] == 0:
+        return 0
+    return conn.execute("DELETE FROM lc_outbox WHERE covered = 1").rowcount
 
 
 def _delete_covered(conn: sqlite3.Connection, seq: int, fold: str | None) -> int:
@@ -948,6 +1052,8 @@ _ADDED_COLUMNS = (  # (table, column, definition) that older schemas lack
     ("lc_workers", "bytes", "INTEGER NOT NULL DEFAULT 0"),  # schema 3
     ("lc_workers", "owner_known", "INTEGER NOT NULL DEFAULT 1"),
     ("lc_deadletters", "bytes", "INTEGER NOT NULL DEFAULT 0"),
+    ("lc_outbox", "bytes", "INTEGER NOT NULL DEFAULT 0"),  # schema 5
+    ("lc_outbox", "covered", "INTEGER NOT NULL DEFAULT 0"),
 )
 
 
@@ -965,6 +1071,8 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
     try:
         if version < 4:
             _fill_schema_4(conn)
+        if version < 5:
+            _fill_schema_5(conn)
         _recount_usage(conn)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
@@ -991,6 +1099,14 @@ def _fill_schema_4(conn: sqlite3.Connection) -> None:
                  "length(CAST(error AS BLOB))")
 
 
+def _fill_schema_5(conn: sqlite3.Connection) -> None:
+    """Sizes of the outbox rows written before schema 5, and which ones are covered."""
+    conn.execute("UPDATE lc_outbox SET bytes = length(CAST(body AS BLOB))")
+    conn.execute("UPDATE lc_outbox SET covered = 1 WHERE fold IS NOT NULL AND EXISTS (SELECT 1 "
+                 "FROM lc_outbox newer WHERE newer.fold = lc_outbox.fold AND "
+                 "newer.seq > lc_outbox.seq)")
+
+
 def _recount_usage(conn: sqlite3.Connection) -> None:
     """lc_usage from the tables themselves (its invariant, whatever happened before)."""
     total = "COUNT(*), COALESCE(SUM(bytes), 0)"
@@ -999,3 +1115,6 @@ def _recount_usage(conn: sqlite3.Connection) -> None:
     conn.execute(f"INSERT INTO lc_usage SELECT 'unknown_owner', {total} FROM lc_workers "
                  "WHERE owner_known = 0")
     conn.execute(f"INSERT INTO lc_usage SELECT 'deadletters', {total} FROM lc_deadletters")
+    conn.execute(f"INSERT INTO lc_usage SELECT 'outbox', {total} FROM lc_outbox")
+    conn.execute(f"INSERT INTO lc_usage SELECT 'outbox_covered', {total} FROM lc_outbox "
+                 "WHERE covered = 1")

@@ -1,5 +1,6 @@
 """A real `sedna-lc` process under input meant to exhaust it: its memory stays within the
-Helm chart's limit, its database within its byte caps, and a refused gzip bomb costs it
+Helm chart's limit, its database within its byte caps (for reports of owners that do not
+exist, and for reports kept for a GM that is not there), and a refused gzip bomb costs it
 next to no CPU after the refusal.
 
 Memory and CPU are read from /proc/<pid> of the LC process (peak RSS is VmHWM); the
@@ -165,3 +166,35 @@ async def test_a_refused_gzip_bomb_is_not_inflated_further(lc_process: tuple[int
     after = cpu_seconds(pid) - at_refusal
     assert status.startswith(b"HTTP/1.1 413")
     assert after < whole / 4, (after, whole)
+
+
+def _report(i: int, owner_kind: str) -> bytes:
+    return json.dumps({"name": f"w-{i}", "namespace": "default", "ownerName": f"nobody-{i}",
+                       "ownerKind": owner_kind, "kind": "inference",
+                       "ownerInfo": {"pad": "x" * 1_000_000}}).encode()
+
+
+async def test_reports_for_a_gm_that_is_not_there_stay_within_the_outbox_cap(
+        lc_process: tuple[int, int], tmp_path: Path) -> None:
+    pid, port = lc_process
+    base = f"http://127.0.0.1:{port}"
+    answers: dict[int, int] = {}
+    async with session() as http:
+        for i in range(128):  # 128 MB for jobs this node does not hold, and no GM
+            async with http.post(f"{base}/sedna/workers/w-{i}/info",
+                                 data=_report(i, "jointinferenceservice"),
+                                 headers={"Content-Type": "application/json"}) as resp:
+                await resp.read()
+                answers[resp.status] = answers.get(resp.status, 0) + 1
+                if resp.status == 503:
+                    assert resp.headers["Retry-After"] == "3"
+        async with http.get(base + "/metrics") as resp:
+            metrics = await resp.text()
+    assert set(answers) == {200, 503}
+    assert f'sedna_lc_reports_rejected_total{{reason="outbox_full"}} {answers[503]}' in metrics
+    [held] = [line.split()[1] for line in metrics.splitlines()
+              if line.startswith("sedna_lc_outbox_bytes ")]
+    assert answers[200] * 1_000_000 < float(held) <= 64 << 20
+    # 64 MiB of reports for the GM and 16 MiB of worker records by default, the WAL, pages
+    assert size_on_disk(tmp_path) < 96 << 20
+    assert peak_rss(pid) < chart_lc_memory_limit()

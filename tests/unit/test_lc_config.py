@@ -110,11 +110,20 @@ def test_gm_address(raw: str, url: str) -> None:
                  "LC_DATASET_PERIOD must be a number of seconds, got 'soon'", id="period-text"),
     pytest.param({"LC_DB_SYNCHRONOUS": "OFF"},
                  "LC_DB_SYNCHRONOUS must be one of FULL, NORMAL, got 'OFF'", id="sync-off"),
+    pytest.param({"LC_OUTBOX_BYTES": "65536"},
+                 "LC_OUTBOX_BYTES must be at least 1048576 (1 MiB), got 65536", id="outbox-small"),
 ])
 def test_bad_values_are_named(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError) as info:
         load(env)
     assert str(info.value) == message
+
+
+def test_memory_and_outbox_bounds() -> None:
+    cfg = load({})
+    assert (cfg.outbox_bytes, cfg.store_bounds.outbox_bytes) == (64 << 20, 64 << 20)
+    cfg = load({"LC_OUTBOX_BYTES": "2097152"})
+    assert cfg.store_bounds.outbox_bytes == 2 << 20
 
 
 @pytest.mark.parametrize(("env", "rc", "text"), [

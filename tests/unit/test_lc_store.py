@@ -24,7 +24,7 @@ from lc.errors import (
     StoreOpenError,
 )
 from lc.groupcommit import GroupCommitter
-from lc.store import Store
+from lc.store import SCHEMA_VERSION, Store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -179,7 +179,7 @@ def _under_a_file(path: Path) -> Path:
     pytest.param(lambda p: p.mkdir() or p, StoreOpenError, "it is a directory", id="directory"),
     pytest.param(_under_a_file, StoreOpenError, "File exists (", id="parent-is-a-file"),
     pytest.param(lambda p: _future_schema(p) or p, StoreOpenError,
-                 "has schema version 99; this LC understands up to 4", id="newer-schema"),
+                 f"has schema version 99; this LC understands up to {SCHEMA_VERSION}", id="newer-schema"),
 ])
 async def test_unusable_database_is_a_clear_error(tmp_path: Path, setup, error, text) -> None:
     target = setup(tmp_path / "lc.db")

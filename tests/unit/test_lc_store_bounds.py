@@ -62,7 +62,9 @@ async def _sums(store: Store) -> dict[str, tuple[int, int]]:
         q = "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM "
         return {"workers": c.execute(q + "lc_workers").fetchone(),
                 "unknown_owner": c.execute(q + "lc_workers WHERE owner_known = 0").fetchone(),
-                "deadletters": c.execute(q + "lc_deadletters").fetchone()}
+                "deadletters": c.execute(q + "lc_deadletters").fetchone(),
+                "outbox": c.execute(q + "lc_outbox").fetchone(),
+                "outbox_covered": c.execute(q + "lc_outbox WHERE covered = 1").fetchone()}
     return await store._read(count)
 
 
@@ -259,7 +261,175 @@ async def test_a_schema_3_database_opens_and_is_bounded(tmp_path: Path, clock: C
         assert dead.body["bytes"] == len(orjson.dumps({"pad": "q" * 200_000}))
         assert await _usage(store) == await _sums(store)
         version = await store._read(lambda c: c.execute("PRAGMA user_version").fetchone()[0])
-        assert version == SCHEMA_VERSION == 4
+        assert version == SCHEMA_VERSION == 5
         await store.record_report(report("new", "ji"), routed_kind=JI, entries=[])
+    finally:
+        await store.close()
+
+
+# ---- the outbox ---------------------------------------------------------------------------
+
+FL = "FederatedLearningJob"  # its reports never fold
+
+
+def entry(kind: str, owner: str, pad: int, n: int = 0) -> tuple[str, str, str, Any]:
+    """An outbox entry as a manager builds it; JI's with ownerInfo fold (lc/fold.py)."""
+    return (kind, "default", owner, {"phase": "", "status": "", "output": {
+        "models": None, "ownerInfo": {"n": n, "pad": "x" * pad}}})
+
+
+async def _report_to(store: Store, worker: str, kind: str, owner: str, pad: int,
+                     n: int = 0) -> list[int]:
+    return await store.record_report(report(worker, owner, 10, owner_kind=kind.lower()),
+                                     routed_kind=kind, entries=[entry(kind, owner, pad, n)])
+
+
+async def _outbox(store: Store) -> tuple[int, int]:
+    """(rows, bytes) of the outbox as the usage table holds them."""
+    return (await _usage(store))["outbox"]
+
+
+async def test_a_full_outbox_refuses_worker_reports_and_keeps_what_it_holds(
+        tmp_path: Path, clock: Clock) -> None:
+    from lc.store import OutboxFullError
+
+    store = await _open(tmp_path, clock, outbox_bytes=100_000)
+    try:
+        seqs = [(await _report_to(store, f"w{i}", FL, "fl", 30_000))[0] for i in range(3)]
+        with pytest.raises(OutboxFullError, match="the outbox is full: 90.* bytes of reports "
+                                                  "wait for the GM, and 30.* more would pass "
+                                                  "its cap of 100000"):
+            await _report_to(store, "w3", FL, "fl", 30_000)
+        assert [e.seq for e in await store.pending()] == seqs  # nothing old dropped for it
+        assert [w.name for w in await store.workers()] == ["w0", "w1", "w2"]  # nor stored
+        assert store.outbox_size == 3 and store.dropped == {}
+        await store.ack(seqs[0])  # the GM took one: room again
+        assert len(await _report_to(store, "w3", FL, "fl", 30_000)) == 1
+        assert await _usage(store) == await _sums(store)
+        assert (await _outbox(store))[1] == await store.outbox_bytes() <= 100_000
+    finally:
+        await store.close()
+
+
+async def test_a_stream_of_latest_wins_reports_never_fills_the_outbox(
+        tmp_path: Path, clock: Clock) -> None:
+    store = await _open(tmp_path, clock, outbox_bytes=100_000)
+    try:
+        await _report_to(store, "other", FL, "fl", 30_000)  # never folds, stays
+        for n in range(40):  # 40 x 30 kB of one object and worker: each covers the last
+            await _report_to(store, "w", JI, "ji", 30_000, n)
+            assert (await _outbox(store))[1] <= 100_000
+        pending = await store.pending()
+        assert pending[0].kind == FL
+        assert pending[-1].body["output"]["ownerInfo"]["n"] == 39  # the newest is kept
+        assert store.outbox_size == len(pending) <= 3
+        assert store.dropped["outbox_covered"] == 40 - (len(pending) - 1)
+        assert await _usage(store) == await _sums(store)
+    finally:
+        await store.close()
+
+
+async def test_below_its_cap_the_outbox_keeps_covered_reports_for_the_link(
+        tmp_path: Path, clock: Clock) -> None:
+    store = await _open(tmp_path, clock, outbox_bytes=1 << 20)
+    try:
+        for n in range(5):
+            await _report_to(store, "w", JI, "ji", 100, n)
+        pending = await store.pending()
+        assert [e.body["output"]["ownerInfo"]["n"] for e in pending] == [0, 1, 2, 3, 4]
+        covered = await store._read(lambda c: c.execute(
+            "SELECT covered FROM lc_outbox ORDER BY seq").fetchall())
+        assert covered == [(1,), (1,), (1,), (1,), (0,)]
+        assert await store.ack_one(pending[-1].seq, fold=pending[-1].fold)  # settles them all
+        assert await store.pending() == [] and await _outbox(store) == (0, 0)
+        assert await _usage(store) == await _sums(store)
+    finally:
+        await store.close()
+
+
+async def test_a_report_superseding_the_newest_fits_in_a_full_outbox(
+        tmp_path: Path, clock: Clock) -> None:
+    from lc.store import OutboxFullError
+
+    store = await _open(tmp_path, clock, outbox_bytes=100_000)
+    try:
+        await _report_to(store, "w", JI, "ji", 30_000, 0)
+        await _report_to(store, "a", FL, "fl", 30_000)
+        await _report_to(store, "b", FL, "fl", 30_000)
+        with pytest.raises(OutboxFullError):  # another worker's report: its own fold key
+            await _report_to(store, "w2", JI, "ji", 30_000, 0)
+        await _report_to(store, "w", JI, "ji", 30_000, 1)  # takes the place of the one it covers
+        assert [e.name for e in await store.pending()] == ["fl", "fl", "ji"]
+        assert store.dropped == {"outbox_covered": 1}
+    finally:
+        await store.close()
+
+
+async def test_the_lcs_own_and_waiting_reports_are_never_refused(
+        tmp_path: Path, clock: Clock) -> None:
+    store = await _open(tmp_path, clock, outbox_bytes=100_000)
+    try:
+        await store.record_report(report("late", "fl-late", 10), routed_kind=None, entries=[])
+        for i in range(3):  # the outbox is full
+            await _report_to(store, f"w{i}", FL, "fl", 30_000)
+        await store.append_report("Dataset", "default", "ds", {"numberOfSamples": 1})
+        await store.append_report_with_state("Model", "default", "m", {"pad": "m" * 30_000},
+                                             {"done": True})
+        [waiting] = await store.unrouted("default", "fl-late")
+        assert await store.route_worker("default", "late", waiting.received_at, routed_kind=FL,
+                                        entries=[entry(FL, "fl-late", 30_000)])
+        assert store.outbox_size == 6
+        assert (await _outbox(store))[1] > 100_000
+    finally:
+        await store.close()
+
+
+SCHEMA_4_OUTBOX = """
+CREATE TABLE lc_outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL,
+    namespace TEXT NOT NULL, name TEXT NOT NULL, body TEXT NOT NULL, created_at REAL NOT NULL,
+    fold TEXT);
+CREATE INDEX lc_outbox_fold ON lc_outbox (fold, seq) WHERE fold IS NOT NULL;
+CREATE TABLE lc_usage (what TEXT PRIMARY KEY, records INTEGER NOT NULL,
+    bytes INTEGER NOT NULL) WITHOUT ROWID;
+PRAGMA user_version = 4;
+"""
+
+
+def _schema_4(path: Path, now: float) -> list[str]:
+    """A schema 4 outbox: two folded reports of one key, one of another, one that never
+    folds; the JSON bodies written, in seq order."""
+    rows = [(JI, "ji", "JointInferenceService/default/ji/w", {"n": 0, "pad": "a" * 40_000}),
+            ("Model", "m", None, {"n": 1, "pad": "é" * 20_000}),
+            (JI, "ji", "JointInferenceService/default/ji/w", {"n": 2, "pad": "b" * 40_000}),
+            (JI, "ji", "JointInferenceService/default/ji/v", {"n": 3})]
+    with sqlite3.connect(path) as conn:
+        conn.executescript(SCHEMA_4_OUTBOX)
+        for kind, name, fold, body in rows:
+            conn.execute("INSERT INTO lc_outbox (kind, namespace, name, body, created_at, fold) "
+                         "VALUES (?, 'default', ?, ?, ?, ?)",
+                         (kind, name, orjson.dumps(body).decode(), now, fold))
+    return [orjson.dumps(body).decode() for *_, body in rows]
+
+
+async def test_a_schema_4_outbox_is_sized_and_folded_when_opened(
+        tmp_path: Path, clock: Clock) -> None:
+    bodies = _schema_4(tmp_path / "lc.db", clock.now)
+    store = await _open(tmp_path, clock)
+    try:
+        rows = await store._read(lambda c: c.execute(
+            "SELECT bytes, covered FROM lc_outbox ORDER BY seq").fetchall())
+        assert rows == [(len(b.encode()), int(i == 0)) for i, b in enumerate(bodies)]
+        assert await _usage(store) == await _sums(store)
+        assert await store.outbox_bytes() == sum(len(b.encode()) for b in bodies)
+        version = await store._read(lambda c: c.execute("PRAGMA user_version").fetchone()[0])
+        assert version == SCHEMA_VERSION == 5
+    finally:
+        await store.close()
+    # opened again under a smaller cap: the covered report goes, nothing else
+    store = await _open(tmp_path, clock, outbox_bytes=80_000)
+    try:
+        assert [e.body["n"] for e in await store.pending()] == [1, 2, 3]
+        assert store.outbox_size == 3 and store.dropped == {"outbox_covered": 1}
+        assert await _usage(store) == await _sums(store)
     finally:
         await store.close()
