@@ -13,8 +13,11 @@ names too long, text that is not valid Unicode: proto/limits.py, the GM's own ru
 refused here with 400, as are bodies that do not decompress; unknown Content-Encodings
 get 415, a body that does not arrive in time 408.
 
-A full outbox (lc/store.py) is a 503 with Retry-After: the body was fine, the LC cannot
-keep it now.
+Bodies at once are bounded too (lc/budget.py): a report takes its declared length from the
+LC's body budget before its body is read, and more as a chunked or inflating body arrives;
+what does not fit (after a brief wait for a declared length) is answered 503 with
+Retry-After and the connection closed, its body unread. A full outbox (lc/store.py) is a
+503 with Retry-After too: the body was fine, the LC cannot keep it now.
 
 A refusal stops the work it refuses: a body refused for its size (declared, read, or once
 inflated), one that does not decode, one that does not arrive in time, and any refused
@@ -49,6 +52,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 from aiohttp.web_protocol import RequestPayloadError
 
+from lc.budget import DEFAULT_BUDGET, DEFAULT_WAIT, BodyBudget, BudgetExceeded, Share
 from lc.dispatch import Dispatcher
 from lc.errors import ReportError, StoreError
 from lc.metrics import LCMetrics
@@ -71,6 +75,7 @@ DISPATCHER_KEY = web.AppKey("dispatcher", Dispatcher)
 METRICS_KEY = web.AppKey("metrics", LCMetrics)
 LINK_STATE_KEY = web.AppKey("link_state", Callable[[], str])
 LIMITS_KEY = web.AppKey("limits", ServerLimits)
+BUDGET_KEY = web.AppKey("body_budget", BodyBudget)
 
 # What aiohttp decodes for us (it reads any other Content-Encoding as identity).
 CONTENT_ENCODINGS = ("identity", "gzip", "deflate")
@@ -78,6 +83,7 @@ CONTENT_ENCODINGS = ("identity", "gzip", "deflate")
 DEFAULT_LIMIT = 100  # items in one page of a listing, MAX_LIST_LIMIT at most
 LIST_ITEM_BYTES = 64 << 10  # a listed report longer than this is shown as a marker
 PAGE_BYTES = 4 << 20  # a page ends early once its reports (or bodies) add up to this
+BUSY_RETRY_AFTER = "1"  # seconds, when the body budget is used up: requests end quickly
 STORE_RETRY_AFTER = "3"  # seconds, when the store cannot take a report now
 
 
@@ -113,18 +119,20 @@ async def post_report(request: web.Request) -> web.StreamResponse:
     metrics = request.app[METRICS_KEY]
     metrics.reports_in_flight.inc()
     try:
-        return await _report(request, metrics)
+        with request.app[BUDGET_KEY].share() as share:  # given back however the request ends
+            return await _report(request, metrics, share)
     finally:
         metrics.reports_in_flight.dec()
 
 
-async def _report(request: web.Request, metrics: LCMetrics) -> web.StreamResponse:
+async def _report(request: web.Request, metrics: LCMetrics, share: Share) -> web.StreamResponse:
     started = time.perf_counter()
     path_name = request.match_info["name"]
     try:
         _check_media(request)
-        body = await _read_body(request, within=request.app[LIMITS_KEY].body_timeout)
-        report = decode_report(parse_json(body))
+        # parsed at once, so the body's bytes go before the report is checked and stored
+        report = decode_report(parse_json(await _read_body(
+            request, share, within=request.app[LIMITS_KEY].body_timeout)))
         if report.name != path_name:
             raise ReportError(f"worker name(name={clip(path_name)}) in the api is different "
                               f"from that(name={clip(report.name)}) in the message body",
@@ -138,6 +146,13 @@ async def _report(request: web.Request, metrics: LCMetrics) -> web.StreamRespons
         if exc.reason in _UNREADABLE_BODY or _body_left(request):
             return await _reply_and_close(request, response)
         return response
+    except BudgetExceeded as exc:  # the body is fine: the worker retries the 503 shortly
+        metrics.reports_rejected.inc("body_budget")
+        event(log, "report refused", level=logging.INFO, worker=clip(path_name),
+              reason="body_budget", error=str(exc))
+        return await _reply_and_close(request, error_response(
+            503, f"report of worker(name={clip(path_name)}) not read: {exc}; retry",
+            **{"Retry-After": BUSY_RETRY_AFTER}))
     except ClientGone:
         metrics.clients_gone.inc()
         event(log, "client went away", level=logging.INFO, worker=clip(path_name),
@@ -177,14 +192,17 @@ def _check_media(request: web.Request) -> None:
                           f"one of {', '.join(CONTENT_ENCODINGS)}", status=415, reason="encoding")
 
 
-async def _read_body(request: web.Request, *, within: float) -> bytes:
+async def _read_body(request: web.Request, share: Share, *, within: float) -> bytearray:
     """The (decompressed) body within `within` seconds, refusing more than MAX_BODY bytes
-    without buffering it all; ClientGone if the client closes the connection meanwhile."""
-    if request.content_length is not None and request.content_length > MAX_BODY:
+    without buffering it all, and taking its bytes from the body budget (BudgetExceeded)
+    before and as they arrive; ClientGone if the client closes the connection meanwhile."""
+    declared = request.content_length
+    if declared is not None and declared > MAX_BODY:
         raise _too_large()
+    await share.take(declared or 0)
     try:
         async with asyncio.timeout(within):
-            return await _read_capped(request)
+            return await _read_capped(request, share)
     except TimeoutError:
         raise ReportError(f"body not received within {within:g}s", status=408,
                           reason="body_timeout") from None
@@ -197,15 +215,14 @@ async def _read_body(request: web.Request, *, within: float) -> bytes:
                           reason="bad_encoding") from None
 
 
-async def _read_capped(request: web.Request) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
+async def _read_capped(request: web.Request, share: Share) -> bytearray:
+    body = bytearray()  # not chunks joined at the end: that would hold the body twice
     while chunk := await request.content.readany():
-        size += len(chunk)
-        if size > MAX_BODY:
+        if len(body) + len(chunk) > MAX_BODY:
             raise _too_large()
-        chunks.append(chunk)
-    return b"".join(chunks)
+        share.grow_to(len(body) + len(chunk))  # chunked, or inflating past its declared length
+        body += chunk
+    return body
 
 
 _UNREADABLE_BODY = ("too_large", "bad_encoding", "body_timeout")
@@ -230,6 +247,10 @@ async def _reply_and_close(request: web.Request, response: web.Response) -> web.
         await response.prepare(request)
         await response.write_eof()
     request.protocol.force_close()
+    # What aiohttp read ahead of the body goes now, not once the garbage collector finds
+    # the closed connection's cycles: under a flood that is up to 256 KiB per connection.
+    if request.content.exception() is None:  # else the reader holds nothing but the error
+        request.content.read_nowait()
     return response
 
 
@@ -334,6 +355,7 @@ async def metrics(request: web.Request) -> web.Response:
     lc_metrics, store = request.app[METRICS_KEY], request.app[STORE_KEY]
     lc_metrics.set_dead_letters(store.dead_letter_counts)
     lc_metrics.set_dropped(store.dropped)
+    lc_metrics.set_body_budget(request.app[BUDGET_KEY])
     lc_metrics.outbox_bytes.set(await store.outbox_bytes())
     text = lc_metrics.registry.render()
     return web.Response(text=text, headers={"Content-Type": METRICS_CONTENT_TYPE})
@@ -379,11 +401,12 @@ def _http_message(request: web.Request, exc: web.HTTPException) -> str:
 
 
 def build_app(*, store: Store, dispatcher: Dispatcher, metrics_: LCMetrics,
-              link_state: Callable[[], str],
-              limits: ServerLimits | None = None) -> web.Application:
+              link_state: Callable[[], str], limits: ServerLimits | None = None,
+              body_budget: BodyBudget | None = None) -> web.Application:
     """The aiohttp application serving the worker API and ops endpoints."""
     app = web.Application(middlewares=[json_errors], client_max_size=MAX_BODY)
     app[LIMITS_KEY] = limits or ServerLimits()
+    app[BUDGET_KEY] = body_budget or BodyBudget(DEFAULT_BUDGET, wait=DEFAULT_WAIT)
     app[STORE_KEY] = store
     app[DISPATCHER_KEY] = dispatcher
     app[METRICS_KEY] = metrics_

@@ -176,7 +176,8 @@ class LocalController:
     async def _start_http(self) -> None:
         assert self.store is not None and self.dispatcher is not None
         app = build_app(store=self.store, dispatcher=self.dispatcher, metrics_=self.metrics,
-                        link_state=self.link_state, limits=self.config.server_limits)
+                        link_state=self.link_state, limits=self.config.server_limits,
+                        body_budget=self.config.new_body_budget())
         self._runner = guarded_runner(app, limits=self.config.server_limits, access_log=None,
                                       error_response=protocol_error_response,
                                       shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT)

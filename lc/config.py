@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from lc.budget import DEFAULT_BUDGET, DEFAULT_WAIT, BodyBudget
 from lc.errors import ConfigError
 from lc.files import DEFAULT_INDEX_BYTES, DEFAULT_INDEX_LINES, DEFAULT_MODEL_BYTES, FileLimits
 from lc.store import StoreBounds
@@ -49,6 +50,8 @@ class LCConfig:
     workers_bytes: int = 64 << 20  # every worker record together
     dead_letters_bytes: int = 16 << 20
     outbox_bytes: int = 64 << 20  # reports waiting for the GM; over it, 503
+    body_budget_bytes: int = DEFAULT_BUDGET  # request bodies read and processed at once
+    body_budget_wait: float = DEFAULT_WAIT  # seconds a body may wait for room in it (0: none)
     http_idle_timeout: float = 15.0  # keep-alive idle limit, also the deadline for headers
     http_body_timeout: float = 30.0
     http_max_conns_per_client: int = 512
@@ -63,6 +66,10 @@ class LCConfig:
         return ServerLimits(idle_timeout=self.http_idle_timeout,
                             body_timeout=self.http_body_timeout,
                             max_connections_per_client=self.http_max_conns_per_client)
+
+    def new_body_budget(self) -> BodyBudget:
+        """A fresh budget of the bytes of request bodies the worker API holds at once."""
+        return BodyBudget(self.body_budget_bytes, wait=self.body_budget_wait)
 
     @property
     def file_limits(self) -> FileLimits:
@@ -117,6 +124,8 @@ def load(env: Mapping[str, str] | None = None) -> LCConfig:
         workers_bytes=_byte_cap(env, "LC_WORKERS_BYTES", 64 << 20),
         dead_letters_bytes=_byte_cap(env, "LC_DEAD_LETTERS_BYTES", 16 << 20),
         outbox_bytes=_byte_cap(env, "LC_OUTBOX_BYTES", 64 << 20),
+        body_budget_bytes=_byte_cap(env, "LC_BODY_BUDGET_BYTES", DEFAULT_BUDGET),
+        body_budget_wait=_seconds(env, "LC_BODY_BUDGET_WAIT", DEFAULT_WAIT),
         http_idle_timeout=_positive_float(env, "LC_HTTP_IDLE_TIMEOUT", 15.0),
         http_body_timeout=_positive_float(env, "LC_HTTP_BODY_TIMEOUT", 30.0),
         http_max_conns_per_client=_positive_int(env, "LC_HTTP_MAX_CONNS_PER_CLIENT", 512),
@@ -220,6 +229,20 @@ def _positive_float(env: Mapping[str, str], key: str, default: float) -> float:
     return value
 
 
+def _seconds(env: Mapping[str, str], key: str, default: float) -> float:
+    """A finite number of seconds that may be 0."""
+    raw = env.get(key, "")
+    if raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{key} must be a number of seconds, got {raw!r}") from None
+    if not 0 <= value < float("inf"):
+        raise ConfigError(f"{key} must be a finite number of seconds, 0 or more, got {raw!r}")
+    return value
+
+
 def _positive_int(env: Mapping[str, str], key: str, default: int) -> int:
     raw = env.get(key, "")
     if raw.strip() == "":
@@ -234,7 +257,7 @@ def _positive_int(env: Mapping[str, str], key: str, default: int) -> int:
 
 
 def _byte_cap(env: Mapping[str, str], key: str, default: int) -> int:
-    """A store's byte cap: at least 1 MiB, what one report may take."""
+    """A byte cap: at least 1 MiB, what one report may take."""
     value = _positive_int(env, key, default)
     if value < 1 << 20:
         raise ConfigError(f"{key} must be at least 1048576 (1 MiB), got {value}")

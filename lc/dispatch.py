@@ -218,10 +218,12 @@ def check_status_size(body: Any, what: str) -> None:
 def status_json_size(body: Any) -> int:
     """The length of `body` as JSON text quoted in a JSON string: how the GM stores it."""
     try:
-        text = orjson.dumps(body).decode()
+        raw = orjson.dumps(body)
     except TypeError:  # not representable by orjson (e.g. an integer over 64 bits)
-        text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
-    return len(orjson.dumps(text))
+        return len(orjson.dumps(json.dumps(body, separators=(",", ":"), ensure_ascii=False)))
+    # Counted, not built (a report may be 1 MiB): quoting doubles each quote and backslash
+    # and adds the two quotes around it; orjson's output holds no other character to escape.
+    return len(raw) + raw.count(b'"') + raw.count(b"\\") + 2
 
 
 def _checked_entries(manager: Manager, report: WorkerReport, *, namespace: str,

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from lc.budget import BodyBudget
 from lc.store import DEAD_LETTER_REASONS, DROPPED
 from shared.metrics import Counter, Gauge, Histogram, Registry
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 ROUTES = ("forwarded", "ignored", "unrouted")
-BUSY_REASONS = ("outbox_full",)
+BUSY_REASONS = ("body_budget", "outbox_full")
 """Refusals of a report that was fine (503 + Retry-After): shown from the start, at 0."""
 
 
@@ -27,6 +28,10 @@ class LCMetrics:
             "sedna_lc_report_seconds", "Time from request to reply for accepted reports.")
         self.reports_in_flight: Gauge = r.gauge(
             "sedna_lc_reports_in_flight", "Worker reports being read, checked or stored.")
+        self.body_budget: Gauge = r.gauge(
+            "sedna_lc_body_budget_bytes", "Bytes of request bodies held by requests being read "
+            "or processed (held), and asked for by requests waiting for room (waiting); "
+            "LC_BODY_BUDGET_BYTES bounds each.", ["state"])
         self.clients_gone: Counter = r.counter(
             "sedna_lc_clients_gone_total", "Requests whose client closed the connection before "
             "its body was read.")
@@ -57,6 +62,7 @@ class LCMetrics:
         for record in DROPPED:
             self.store_dropped.inc(record, amount=0)
         self.set_dead_letters({})
+        self.set_body_budget(None)
 
     def set_dead_letters(self, counts: Mapping[str, int]) -> None:
         """Refresh the dead-letter gauge from the store's counts (at scrape time)."""
@@ -70,6 +76,11 @@ class LCMetrics:
             behind = count - self.store_dropped.value(record)
             if behind > 0:
                 self.store_dropped.inc(record, amount=behind)
+
+    def set_body_budget(self, budget: BodyBudget | None) -> None:
+        """Refresh the body budget gauge (at scrape time)."""
+        self.body_budget.set(budget.used if budget else 0, "held")
+        self.body_budget.set(budget.waiting if budget else 0, "waiting")
 
     def observe_batch(self, size: int, seconds: float) -> None:
         """Group-commit observer: one call per committed transaction."""

@@ -37,9 +37,10 @@ _REPORT = {
 }
 
 
-def _error(description: str) -> dict[str, Any]:
+def _error(description: str, *, headers: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"description": description,
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/StatusMessage"}}}}
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/StatusMessage"}}},
+            **({"headers": headers} if headers else {})}
 
 
 def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
@@ -68,7 +69,14 @@ _REPORT_OP = {
                       "into the CR status."),
         "415": _error("Content-Type is not JSON, or Content-Encoding is not identity, gzip "
                       "or deflate."),
-        "503": _error("The report could not be committed; retry."),
+        "503": _error("Retry after the `Retry-After` seconds; the body was fine: it does not "
+                      "fit in the bytes of request bodies this LC reads at once "
+                      "(LC_BODY_BUDGET_BYTES; Retry-After 1, the connection is closed and the "
+                      "body not read), or the report could not be committed (the outbox is "
+                      "full, LC_OUTBOX_BYTES, or a store failure or commit backlog; Retry-After "
+                      "3).",
+                      headers={"Retry-After": {"schema": {"type": "integer"},
+                                               "description": "Seconds to wait before retrying."}}),
     },
 }
 

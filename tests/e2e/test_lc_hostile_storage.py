@@ -1,7 +1,7 @@
 """A real `sedna-lc` process under input meant to exhaust it: its memory stays within the
-Helm chart's limit, its database within its byte caps (for reports of owners that do not
-exist, and for reports kept for a GM that is not there), and a refused gzip bomb costs it
-next to no CPU after the refusal.
+Helm chart's limit (big reports one after the other, and hundreds at once), its database
+within its byte caps (for reports of owners that do not exist, and for reports kept for a
+GM that is not there), and a refused gzip bomb costs it next to no CPU after the refusal.
 
 Memory and CPU are read from /proc/<pid> of the LC process (peak RSS is VmHWM); the
 bounds asserted are the chart's limit and a fraction of what inflating the whole bomb
@@ -172,6 +172,45 @@ def _report(i: int, owner_kind: str) -> bytes:
     return json.dumps({"name": f"w-{i}", "namespace": "default", "ownerName": f"nobody-{i}",
                        "ownerKind": owner_kind, "kind": "inference",
                        "ownerInfo": {"pad": "x" * 1_000_000}}).encode()
+
+
+async def _post_at_once(base: str, count: int, owner_kind: str) -> list[int | str]:
+    """Post `count` reports of 1 MB at once, each on a connection of its own: the status of
+    each, or the error of a connection the LC closed before the body was all sent."""
+    bodies = [_report(i, owner_kind) for i in range(count)]
+    go = asyncio.Event()
+
+    async def one(http: aiohttp.ClientSession, i: int) -> int | str:
+        await go.wait()
+        try:
+            async with http.post(f"{base}/sedna/workers/w-{i}/info", data=bodies[i],
+                                 headers={"Content-Type": "application/json"}) as resp:
+                await resp.read()
+                assert resp.status == 200 or resp.headers["Retry-After"] == "1"
+                return resp.status
+        except aiohttp.ClientError as exc:
+            return type(exc).__name__
+
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)
+    async with aiohttp.ClientSession(connector=connector,
+                                     timeout=aiohttp.ClientTimeout(total=120)) as http:
+        posts = [asyncio.create_task(one(http, i)) for i in range(count)]
+        go.set()
+        return await asyncio.gather(*posts)
+
+
+@pytest.mark.parametrize("owner_kind", [
+    pytest.param("default", id="unknown-owners"),
+    pytest.param("jointinferenceservice", id="relayed-to-the-gm"),
+])
+async def test_hundreds_of_big_reports_at_once_stay_within_the_chart_memory_limit(
+        lc_process: tuple[int, int], owner_kind: str) -> None:
+    pid, port = lc_process
+    answers = await _post_at_once(f"http://127.0.0.1:{port}", 256, owner_kind)
+    # 256 MB of bodies at once: what fits the body budget is served, the rest told to retry
+    assert set(answers) <= {200, 503, "ClientOSError", "ServerDisconnectedError"}, answers
+    assert 200 in answers
+    assert peak_rss(pid) < chart_lc_memory_limit()
 
 
 async def test_reports_for_a_gm_that_is_not_there_stay_within_the_outbox_cap(

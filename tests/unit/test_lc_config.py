@@ -112,6 +112,15 @@ def test_gm_address(raw: str, url: str) -> None:
                  "LC_DB_SYNCHRONOUS must be one of FULL, NORMAL, got 'OFF'", id="sync-off"),
     pytest.param({"LC_OUTBOX_BYTES": "65536"},
                  "LC_OUTBOX_BYTES must be at least 1048576 (1 MiB), got 65536", id="outbox-small"),
+    pytest.param({"LC_BODY_BUDGET_BYTES": "1000"},
+                 "LC_BODY_BUDGET_BYTES must be at least 1048576 (1 MiB), got 1000",
+                 id="budget-small"),
+    pytest.param({"LC_BODY_BUDGET_WAIT": "-1"},
+                 "LC_BODY_BUDGET_WAIT must be a finite number of seconds, 0 or more, got '-1'",
+                 id="budget-wait-negative"),
+    pytest.param({"LC_BODY_BUDGET_WAIT": "nan"},
+                 "LC_BODY_BUDGET_WAIT must be a finite number of seconds, 0 or more, got 'nan'",
+                 id="budget-wait-nan"),
 ])
 def test_bad_values_are_named(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -122,8 +131,13 @@ def test_bad_values_are_named(env: dict[str, str], message: str) -> None:
 def test_memory_and_outbox_bounds() -> None:
     cfg = load({})
     assert (cfg.outbox_bytes, cfg.store_bounds.outbox_bytes) == (64 << 20, 64 << 20)
-    cfg = load({"LC_OUTBOX_BYTES": "2097152"})
-    assert cfg.store_bounds.outbox_bytes == 2 << 20
+    budget = cfg.new_body_budget()
+    assert (budget.total, budget.wait) == (16 << 20, 1.0)
+    cfg = load({"LC_OUTBOX_BYTES": "2097152", "LC_BODY_BUDGET_BYTES": "3145728",
+                "LC_BODY_BUDGET_WAIT": "0"})
+    budget = cfg.new_body_budget()
+    assert (cfg.store_bounds.outbox_bytes, budget.total, budget.wait) == (2 << 20, 3 << 20, 0.0)
+    assert cfg.new_body_budget() is not budget  # one per served app, never shared
 
 
 @pytest.mark.parametrize(("env", "rc", "text"), [
