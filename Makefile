@@ -82,6 +82,7 @@ bench: setup wrk
 	$(PY) bench/gm_converge.py
 	$(PY) bench/lc_reports.py
 	$(PY) bench/lc_ingest.py
+	$(PY) bench/lc_bounds.py
 	$(PY) bench/e2e_latency.py
 	$(PY) bench/status_path.py --soak 120
 
