@@ -159,7 +159,8 @@ class Admission:
             found = podsecurity.check_pod(meta, pod.get("spec"), policy.enforce.level)
             if found:
                 raise admission_forbidden(rt, meta.get("name", ""), violates(policy.enforce, found))
-        if warnings is not None and not policy.warn.privileged and policy.warn.level != policy.enforce.level:
+        stricter = podsecurity.LEVELS.index(policy.warn.level) > podsecurity.LEVELS.index(policy.enforce.level)
+        if warnings is not None and stricter:  # a pod that passed enforce passes any level up to it
             found = podsecurity.check_pod(meta, pod.get("spec"), policy.warn.level)
             if found:
                 warnings.append(violates(policy.warn, found, would=True))
