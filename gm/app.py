@@ -50,6 +50,7 @@ from gm.edge.auth import (
     SharedToken,
     TokenReviewAuth,
 )
+from gm.edge.capacity import raise_fd_limit, session_capacity
 from gm.edge.hub import Hub
 from gm.edge.objects import EdgeObjects
 from gm.edge.pipeline import StatusPipeline
@@ -73,6 +74,7 @@ from shared.tasks import FailFast, Supervised
 from shared.tls import TLSConfigError, server_context
 
 log = logging.getLogger("gm")
+LISTEN_BACKLOG = 4096  # the kernel caps it at net.core.somaxconn
 
 HUB_SYNC_WAIT = 10.0  # how long an LC's upgrade waits for the caches before a 503
 TASK_STOP_TIMEOUT = 10.0  # how long stop() waits for each supervised task
@@ -171,9 +173,13 @@ class GlobalManager:
         self.pipeline = StatusPipeline(self.status_writer)
         events = EventRecorder(self.client, component="dataset-controller", metrics=self.kube_metrics)
         self.recorders.append(events)  # Warning Events about Dataset indexes the LC cannot read
+        fd_limit = raise_fd_limit()
+        capacity = session_capacity(fd_limit, configured=self.config.websocket.maxSessions)
+        event(log, "hub session capacity", capacity=capacity, fd_limit=fd_limit)
+        self.hub_metrics.capacity.set(capacity)
         self.hub = Hub(self.edge, UpstreamStatus(self.pipeline, rules=[
             (d.api, d.report) for d in self.declarations if d.report is not None], events=events),
-            auth=self._node_auth())
+            auth=self._node_auth(), max_sessions=capacity)
         self.edge.bind(self.hub.notify_changed)
 
     def _node_auth(self) -> NodeAuth:
@@ -228,8 +234,9 @@ class GlobalManager:
         self._runner = guarded_runner(self.app, handle_signals=False, access_log=None,
                                       error_response=error_response)
         await self._runner.setup()
+        # a deep accept queue: after a GM restart every LC of the fleet dials at once
         site = web.TCPSite(self._runner, self.config.websocket.address, self.config.websocket.port,
-                           ssl_context=ssl_context)
+                           ssl_context=ssl_context, backlog=LISTEN_BACKLOG)
         await site.start()
         sockets = getattr(site._server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else self.config.websocket.port
@@ -344,7 +351,8 @@ class HubMetrics:
     """The hub's and edge sync's counters on /metrics, copied from their stats at scrape time."""
 
     _SESSIONS = {"opened": "sessions_opened", "replaced": "sessions_replaced", "dead": "sessions_dead",
-                 "broken": "sessions_broken", "rejected": "handshakes_rejected"}
+                 "broken": "sessions_broken", "rejected": "handshakes_rejected",
+                 "abandoned": "handshakes_abandoned", "over_capacity": "handshakes_over_capacity"}
     _REPORTS = {"applied": "status_applied", "refused": "refused", "deferred": "deferred",
                 "error": "handler_errors"}
     _PIPELINE = {"writes": "writes", "unchanged": "unchanged", "retries": "retries", "refused": "refused",
@@ -359,6 +367,8 @@ class HubMetrics:
                                         ("result",))
         self.frames = registry.counter("gm_hub_frames_total", "websocket frames by kind", ("kind",))
         self.active = registry.gauge("gm_hub_sessions_active", "LC sessions open now")
+        self.capacity = registry.gauge("gm_hub_session_capacity",
+                                       "LC sessions this process admits (its file-descriptor budget)")
         self.edge_objects = registry.gauge("gm_edge_objects", "objects some edge node needs")
         self.edge_sends = registry.counter("gm_edge_changes_total", "changes handed to the hub",
                                            ("op",))

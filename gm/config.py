@@ -62,6 +62,7 @@ class WebsocketConfig:
     nodeTokens: NodeTokensConfig = field(default_factory=NodeTokensConfig)
     tokenReview: TokenReviewConfig = field(default_factory=TokenReviewConfig)
     tls: TLSConfig = field(default_factory=TLSConfig)
+    maxSessions: int = 0  # LC sessions this process holds; 0 = what its descriptor limit allows
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +228,8 @@ def _validate_websocket(ws: WebsocketConfig) -> None:
         raise ConfigError("websocket.nodeTokens.refreshSeconds: must be > 0")
     if ws.tokenReview.cacheSeconds < 0:
         raise ConfigError("websocket.tokenReview.cacheSeconds: must be >= 0")
+    if ws.maxSessions < 0:
+        raise ConfigError("websocket.maxSessions: must be >= 0 (0: what the descriptor limit allows)")
     tls = ws.tls
     if bool(tls.certFile) != bool(tls.keyFile):
         raise ConfigError("websocket.tls: certFile and keyFile go together")

@@ -131,6 +131,8 @@ class HubStats:
     sessions_refusing: int = 0  # sessions closed for sending too many refused reports
     acks_out: int = 0
     skipped_out: int = 0
+    handshakes_abandoned: int = 0  # the client went away before its upgrade was answered
+    handshakes_over_capacity: int = 0  # refused with 503: the GM holds `max_sessions` already
 
 
 def _upstream_lc_takes(kind: str) -> bool:
@@ -236,6 +238,7 @@ class Hub:
         refusal_window: float = REFUSAL_WINDOW,
         max_frame_bytes: int = MAX_FRAME_BYTES,
         compress: bool = True,
+        max_sessions: int | None = None,
     ) -> None:
         if not 0 < ping_interval < dead_after:
             raise ValueError(f"need 0 < ping_interval ({ping_interval}) < dead_after ({dead_after})")
@@ -255,6 +258,10 @@ class Hub:
         self._max_frame_bytes = max_frame_bytes
         self._compress = compress
         self._sessions: dict[str, _Session] = {}
+        # sessions this process can hold (its descriptor budget); None = no limit
+        self.max_sessions = max_sessions
+        self._upgrading = 0  # connections between admission and registration
+        self._at_capacity = False  # logged once per time the capacity is reached
         # Keys each node was last sent as present; lets an upstream LC, which has no
         # snapshot markers, be told about objects deleted while it was away.
         self._held: dict[str, set[ObjKey]] = {}
@@ -329,10 +336,21 @@ class Hub:
         )
         try:
             self._check_upgrade(request, ws)
+            self._check_capacity(node)
         except web.HTTPException:
             self.stats.handshakes_rejected += 1
             raise
-        await ws.prepare(request)
+        self._upgrading += 1
+        try:
+            await ws.prepare(request)
+        except (ConnectionError, asyncio.CancelledError) as exc:
+            # the client went away while its upgrade was answered (a reconnect storm's
+            # timed-out dials): counted, not a traceback
+            self._upgrading -= 1
+            self.stats.handshakes_abandoned += 1
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return ws
         done = asyncio.Event()
         self._running.add(done)
         try:
@@ -341,6 +359,28 @@ class Hub:
             self._running.discard(done)
             done.set()
         return ws
+
+    def _check_capacity(self, node: str) -> None:
+        """503 with Retry-After once `max_sessions` are held or being opened, so the LC backs
+        off (to another replica behind the Service) instead of being reset by the kernel when
+        the process runs out of descriptors. A node that already has a session may always
+        replace it."""
+        if self.max_sessions is None or node in self._sessions:
+            return
+        held = len(self._sessions) + self._upgrading
+        if held < self.max_sessions:
+            if self._at_capacity and held < self.max_sessions * 0.95:
+                self._at_capacity = False
+                event(log, "hub below its session capacity again", sessions=held, capacity=self.max_sessions)
+            return
+        self.stats.handshakes_over_capacity += 1
+        if not self._at_capacity:
+            self._at_capacity = True
+            event(log, "hub at its session capacity: refusing new sessions", level=logging.WARNING,
+                  sessions=held, capacity=self.max_sessions)
+        raise refusal(web.HTTPServiceUnavailable,
+                      f"this GM holds its capacity of {self.max_sessions} LC sessions; retry later",
+                      **{"Retry-After": "5"})
 
     async def _admit(self, request: web.Request) -> str:
         """The proven node name of an acceptable upgrade request; an HTTP error response otherwise.
@@ -403,8 +443,11 @@ class Hub:
         session: _Session | None = None
         code, reason = CLOSE_NORMAL, ""
         try:
-            epoch = await self._handshake(node, ws) if native else ""
-            session = self._open(node, ws, native=native, epoch=epoch)
+            try:
+                epoch = await self._handshake(node, ws) if native else ""
+                session = self._open(node, ws, native=native, epoch=epoch)
+            finally:
+                self._upgrading -= 1  # registered as a session now, or gone
             await self._run(session)
         except _SessionEnd as end:
             code, reason = end.code, end.reason

@@ -8,6 +8,7 @@ LC keeps its one session and keeps receiving its objects.
 from __future__ import annotations
 
 import base64
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,8 @@ from devcluster.servingcert import ServingCert as ServerCert
 from gm.app import GlobalManager
 from gm.config import ConfigError
 from gm.controllers.common import DATASETS
-from gm.kube.resources import PODS, SECRETS
+from gm.kube.errors import AlreadyExists
+from gm.kube.resources import GVR, PODS, SECRETS
 from lc.app import LocalController
 from lc.config import LCConfig
 from lc.link.dialer import GMLink, link_factory
@@ -34,6 +36,7 @@ TOKEN_1 = "edge-node-1-0123456789abcdef0123"
 TOKEN_2 = "edge-node-2-0123456789abcdef0123"
 AUDIENCE = "sedna-gm"
 LC_ACCOUNT = f"system:serviceaccount:{NS}:sedna-lc"
+SERVICE_ACCOUNTS = GVR("", "v1", "serviceaccounts")
 
 DATASET_NAMES = ("d-before", "d-after", "d-tls")
 
@@ -142,7 +145,11 @@ async def test_node_tokens_from_a_secret(start_gm, start_lc, api, tmp_path: Path
 
 
 async def lc_pod(api, node: str) -> str:
+    """The LC's pod on `node`, running as its ServiceAccount (made first, as the chart does)."""
     name = f"lc-{node}"
+    with contextlib.suppress(AlreadyExists):
+        await api.create(SERVICE_ACCOUNTS, {"apiVersion": "v1", "kind": "ServiceAccount",
+                                            "metadata": {"name": "sedna-lc"}}, namespace=NS)
     await api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
                             "spec": {"nodeName": node, "serviceAccountName": "sedna-lc",
                                      "containers": [{"name": "lc", "image": "sedna-py:0.1.0"}]}}, namespace=NS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
@@ -732,3 +733,42 @@ async def test_shared_token_proves_membership_not_the_node(make_hub: HubFactory,
 def test_token_and_authenticator_are_exclusive(source: MemSource, handler: MemHandler) -> None:
     with pytest.raises(ValueError, match="not both"):
         Hub(source, handler, token="s3cret", auth=node_tokens())
+
+
+# ---- capacity -----------------------------------------------------------------------------
+
+
+async def test_sessions_beyond_the_capacity_get_503_and_a_node_may_still_replace_its_own(
+        make_hub: HubFactory, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture) -> None:
+    hub, url = await make_hub(max_sessions=1)
+    first = await connect(http, url, NODE)
+    for _ in range(3):
+        with pytest.raises(aiohttp.WSServerHandshakeError) as err:
+            await http.ws_connect(url, headers={"Node-Name": OTHER}, protocols=(SUBPROTOCOL,))
+        assert err.value.status == 503
+        assert err.value.headers is not None and err.value.headers.get("Retry-After") == "5"
+    assert hub.stats.handshakes_over_capacity == 3
+    assert [r.getMessage() for r in caplog.records].count(
+        "hub at its session capacity: refusing new sessions") == 1  # one line, not one per refusal
+    again = await connect(http, url, NODE)  # the node's own reconnect replaces its session
+    assert await recv_close(first) == (proto.CLOSE_REPLACED, "replaced by a newer connection for this node")
+    await again.close()
+    await eventually(lambda: hub.sessions_active == 0)
+    other = await connect(http, url, OTHER)  # a free slot is taken again
+    await other.close()
+
+
+async def test_a_client_gone_before_its_upgrade_is_answered_is_counted_not_logged(
+        make_hub: HubFactory, caplog: pytest.LogCaptureFixture) -> None:
+    hub, url = await make_hub()
+    host, port = url.split("//", 1)[1].rstrip("/").split(":")
+    for _ in range(20):
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                     b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                     b"Node-Name: " + NODE.encode() + b"\r\n\r\n")
+        writer.transport.abort()  # reset at once, as a dial that timed out
+    await asyncio.sleep(0.5)
+    assert hub.stats.handshakes_abandoned > 0
+    assert hub.sessions_active == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
