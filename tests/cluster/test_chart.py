@@ -238,16 +238,14 @@ async def _worker_as_the_gm_is_refused_until_fixed(rel: Release, target: Cluster
                          "-p", json.dumps(patch))
     await eventually(lambda: _deployments(api, rel.namespace), "the JI's Deployments once fixed", within=WITHIN,
                      interval=0.2)
-    if target.name == "real":
-        # `restricted` keeps the example's workers (root, no seccomp profile) out of the GM's
-        # namespace; the dev cluster has no Pod Security admission
-        async def refused_pods() -> list[str]:
-            events = (await target.get_json("events", "-n", rel.namespace,
-                                            "--field-selector=reason=FailedCreate"))["items"]
-            return [e["message"] for e in events if "violates PodSecurity" in e["message"]]
-        messages = await eventually(refused_pods, "the workers' pods refused by Pod Security", within=WITHIN,
-                                    interval=0.5)
-        assert 'violates PodSecurity "restricted:latest"' in messages[0], messages
+    # `restricted` keeps the example's workers (root, no seccomp profile) out of the GM's namespace
+    async def refused_pods() -> list[str]:
+        events = (await target.get_json("events", "-n", rel.namespace,
+                                        "--field-selector=reason=FailedCreate"))["items"]
+        return [e["message"] for e in events if "violates PodSecurity" in e["message"]]
+    messages = await eventually(refused_pods, "the workers' pods refused by Pod Security", within=WITHIN,
+                                interval=0.5)
+    assert 'violates PodSecurity "restricted:latest"' in messages[0], messages
 
 
 async def _deployments(api, namespace: str) -> list[str]:
