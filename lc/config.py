@@ -217,6 +217,12 @@ def _choice(env: Mapping[str, str], key: str, default: str, allowed: tuple[str, 
 
 
 def _positive_float(env: Mapping[str, str], key: str, default: float) -> float:
+    """A finite number of seconds above 0."""
+    return _seconds(env, key, default, zero=False)
+
+
+def _seconds(env: Mapping[str, str], key: str, default: float, *, zero: bool = True) -> float:
+    """A finite number of seconds, 0 included when `zero`."""
     raw = env.get(key, "")
     if raw.strip() == "":
         return default
@@ -224,22 +230,9 @@ def _positive_float(env: Mapping[str, str], key: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise ConfigError(f"{key} must be a number of seconds, got {raw!r}") from None
-    if not value > 0 or value != value or value == float("inf"):
-        raise ConfigError(f"{key} must be a positive finite number, got {raw!r}")
-    return value
-
-
-def _seconds(env: Mapping[str, str], key: str, default: float) -> float:
-    """A finite number of seconds that may be 0."""
-    raw = env.get(key, "")
-    if raw.strip() == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{key} must be a number of seconds, got {raw!r}") from None
-    if not 0 <= value < float("inf"):
-        raise ConfigError(f"{key} must be a finite number of seconds, 0 or more, got {raw!r}")
+    if not (0 <= value if zero else 0 < value) or not value < float("inf"):
+        what = "a finite number of seconds, 0 or more" if zero else "a positive finite number"
+        raise ConfigError(f"{key} must be {what}, got {raw!r}")
     return value
 
 
