@@ -152,9 +152,14 @@ async def test_chart_defaults_node_identity_rbac_and_pod_security(release: Relea
     for name, level in ((rel.namespace, "restricted"), (rel.lc_namespace, "privileged")):
         labels = (await target.get_json("namespace", name))["metadata"]["labels"]
         assert labels["pod-security.kubernetes.io/enforce"] == level, (name, labels)
-    gms = await eventually(lambda: rel.pods(rel.namespace, "sedna=gm"), "the chart's GM pod Running",
-                           within=WITHIN, interval=0.5)
-    assert [p["spec"]["nodeName"] for p in gms] == ["cloud-node"]
+    async def gm_pods() -> list[dict]:
+        pods = await rel.pods(rel.namespace, "sedna=gm")
+        return pods if len(pods) == 2 else []
+    # both replicas, on the one node off the edge (their anti-affinity is only preferred)
+    gms = await eventually(gm_pods, "the chart's two GM pods Running", within=WITHIN, interval=0.5)
+    assert [p["spec"]["nodeName"] for p in gms] == ["cloud-node", "cloud-node"]
+    pdb = await target.get_json("poddisruptionbudget", "gm", "-n", rel.namespace)
+    assert pdb["spec"]["minAvailable"] == 1
 
     async def lc_pods() -> dict[str, str]:
         pods = await rel.pods(rel.lc_namespace, "sedna=lc")

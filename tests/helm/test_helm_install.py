@@ -62,7 +62,9 @@ def _cr(dc, kind, name):
 
 
 def _install_args(gm_port: int, lc_port: int) -> list[str]:
-    return [CHART.as_posix(), "--namespace", NS, "--create-namespace",
+    # One GM replica: the process runtime runs every pod on this host's network, where a second
+    # GM could not bind the same port (two replicas and their failover: tests/e2e/test_gm_failover.py)
+    return [CHART.as_posix(), "--namespace", NS, "--create-namespace", "--set", "gm.replicas=1",
             "--set", f"gm.config.websocket.port={gm_port}", "--set", f"lc.bindPort={lc_port}",
             "--set-json", 'lc.nodeSelector={"kubernetes.io/hostname":"edge-node-1"}',
             "--set", "gm.config.log.format=text",
@@ -128,6 +130,7 @@ def _release_objects(dc) -> list[str]:
             if n["metadata"]["name"] == LC_NS]
     for resource, group, ns in (("deployments", "apps", NS), ("daemonsets", "apps", LC_NS), ("replicasets", "apps", NS),
                                 ("pods", "", NS), ("pods", "", LC_NS), ("services", "", NS),
+                                ("poddisruptionbudgets", "policy", NS),
                                 ("serviceaccounts", "", NS), ("serviceaccounts", "", LC_NS),
                                 ("configmaps", "", NS), ("secrets", "", NS),
                                 ("clusterroles", "rbac.authorization.k8s.io", None),
@@ -202,6 +205,8 @@ async def test_chart_passes_helm_lint_and_validation_against_the_dev_cluster(cha
                               "--dry-run=server")
     assert rc == 0, out + err
     assert "kind: DaemonSet" in out and "kind: ClusterRole" in out
+    # two GM replicas by default, kept available through drains
+    assert "kind: PodDisruptionBudget" in out and "replicas: 2" in out
     rc, out, err = await helm("lint", CHART.as_posix())
     assert rc == 0, out + err
 

@@ -541,6 +541,7 @@ def test_templates_render_to_the_expected_kinds():
     assert kinds == {
         "gm-configmap.yaml": ["ConfigMap"],
         "gm-deployment.yaml": ["Deployment"],
+        "gm-pdb.yaml": ["PodDisruptionBudget"],
         "gm-service.yaml": ["Service"],
         "lc-daemonset.yaml": ["DaemonSet"],
         "namespace.yaml": ["Namespace", "Namespace"],
