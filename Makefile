@@ -80,6 +80,7 @@ bench: setup wrk
 	$(PY) bench/devcluster.py
 	$(PY) bench/devcluster_churn.py --gm
 	$(PY) bench/gm_converge.py
+	$(PY) bench/gm_fleet.py
 	$(PY) bench/lc_reports.py
 	$(PY) bench/lc_ingest.py
 	$(PY) bench/lc_bounds.py

@@ -10,6 +10,10 @@ CR needs, the GM's peak RSS (VmHWM) and RSS per CR, and the GM's CPU seconds per
 `--heap` runs the GM in this process instead, under tracemalloc, and prints where the memory
 that is still held after convergence was allocated (the profile behind docs/benchmarks.md).
 
+`UPSTREAM_GM=<path of upstream's sedna-gm binary>` adds a run of that GM at each N, with the
+same config file (upstream's keys only; it has no /metrics, so only time, RSS and CPU, and
+a CR counts as converged on its status alone, since upstream sets no observedGeneration).
+
     .venv/bin/python -m bench.gm_fleet [--n 1000,5000] [--heap]
 """
 
@@ -30,7 +34,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.status_harness import GROUP, NS, Stack, example_docs  # noqa: E402
+from bench.status_harness import GROUP, NS, Proc, Stack, example_docs  # noqa: E402
 
 # children per converged CR: a JI has two Deployments and a Service (the cloud worker's); an
 # FL job its aggregation Pod and Service and two training Pods
@@ -59,20 +63,21 @@ def workload(n: int) -> tuple[list[dict], list[dict]]:
     return needs, crs
 
 
-def is_converged(obj: dict) -> bool:
+def is_converged(obj: dict, *, generation: bool = True) -> bool:
     status = obj.get("status") or {}
-    if status.get("observedGeneration") != obj["metadata"].get("generation"):
+    if generation and status.get("observedGeneration") != obj["metadata"].get("generation"):
         return False
     if obj["kind"] == "JointInferenceService":
         return status.get("active") == 2
     return status.get("phase") == "Running"
 
 
-async def converged(stack: Stack, n: int) -> int:
+async def converged(stack: Stack, n: int, *, generation: bool = True) -> int:
     done = 0
     for plural in ("jointinferenceservices", "federatedlearningjobs"):
         body = await stack.api("GET", f"{GROUP}/namespaces/{NS}/{plural}")
-        done += sum(1 for o in body["items"] if is_converged({**o, "kind": body["kind"][:-4]}))
+        done += sum(1 for o in body["items"]
+                    if is_converged({**o, "kind": body["kind"][:-4]}, generation=generation))
     return done
 
 
@@ -139,6 +144,38 @@ async def one_run(n: int, *, within: float) -> dict[str, float]:
     return {"n": n, "converged": done, "posted_s": posted, "converge_s": elapsed, "writes": writes,
             "events": events,
             "calls": all_calls, "children": children, "hwm_mib": mem["VmHWM"] / 1024,
+            "rss_mib": mem["VmRSS"] / 1024, "rss0_mib": rss0 / 1024, "cpu_s": cpu}
+
+
+async def upstream_run(n: int, binary: str, *, within: float) -> dict[str, float]:
+    """The same N through upstream's GM binary (its config: kubeConfig and the websocket)."""
+    needs, crs = workload(n)
+    stack = Stack((), with_gm=False)
+    async with stack.running([]):
+        config = stack.dir / "upstream-gm.yaml"
+        config.write_text(f"kubeConfig: {stack.kubeconfig}\nwebsocket: {{address: 127.0.0.1, port: {stack.gm_port}}}\n")
+        gm = Proc("upstream-gm", [binary, "--config", str(config)], {}, stack.dir / "upstream-gm.log")
+        await gm.start()
+        try:
+            for obj in needs:
+                await stack.api("POST", f"{GROUP}/namespaces/{NS}/{PLURALS[obj['kind']]}", obj, ok=(201, 409))
+            await asyncio.sleep(3.0)  # it has listed and settled
+            pid = gm.proc.pid
+            rss0, cpu0 = proc_status(pid)["VmRSS"], proc_cpu(pid)
+            start = time.perf_counter()
+            await post_all(stack, crs)
+            posted = time.perf_counter() - start
+            done = 0
+            while time.perf_counter() - start < within:
+                done = await converged(stack, n, generation=False)
+                if done == n:
+                    break
+                await asyncio.sleep(0.5)
+            elapsed = time.perf_counter() - start
+            mem, cpu = proc_status(pid), proc_cpu(pid) - cpu0
+        finally:
+            await gm.stop()
+    return {"n": n, "converged": done, "posted_s": posted, "converge_s": elapsed, "hwm_mib": mem["VmHWM"] / 1024,
             "rss_mib": mem["VmRSS"] / 1024, "rss0_mib": rss0 / 1024, "cpu_s": cpu}
 
 
@@ -228,6 +265,15 @@ def main() -> None:
         runs.append(asyncio.run(one_run(n, within=args.within)))
         say(orjson.dumps(runs[-1]).decode())
     table(runs)
+    upstream = os.environ.get("UPSTREAM_GM")
+    if upstream:
+        print("\nUpstream's GM (UPSTREAM_GM), the same CRs:\n")
+        print("| N | converged | first POST -> all converged (s) | peak RSS (MiB) | CPU per CR (ms) |")
+        print("|---|---|---|---|---|")
+        for n in counts:
+            r = asyncio.run(upstream_run(n, upstream, within=args.within))
+            print(f"| {n:,} | {int(r['converged']):,} | {r['converge_s']:.1f} | {r['hwm_mib']:.0f} | "
+                  f"{r['cpu_s'] * 1000 / n:.2f} |")
 
 
 if __name__ == "__main__":
