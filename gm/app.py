@@ -134,6 +134,10 @@ class GlobalManager:
                                          transforms=transform_for)
         self._build_controllers()
         self._build_hub()
+        assert self.status_writer is not None
+        for inf in self.informers.informers():  # every kind whose status the GM writes
+            if inf.gvr.group == apis.GROUP:
+                self.status_writer.follow(inf)
         for ext in self.extensions:
             ext(self)
         self.informers.start()

@@ -287,6 +287,10 @@ class InformerFactory:
         """The resource types whose caches have not (or no longer) synced."""
         return sorted(str(inf.gvr) for inf in self._informers.values() if not inf.has_synced())
 
+    def informers(self) -> list[SharedInformer]:
+        """Every informer made so far."""
+        return list(self._informers.values())
+
     def get_cached(self, gvr: GVR, namespace: str | None, name: str) -> Obj | None:
         """The cached object from the first unfiltered informer of `gvr`, if any."""
         for (g, _ns, ls, fs), inf in self._informers.items():

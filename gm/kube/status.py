@@ -27,6 +27,7 @@ from typing import Any
 
 from gm.kube.client import KubeClient
 from gm.kube.errors import Conflict, NotFound
+from gm.kube.informer import SharedInformer
 from gm.kube.resources import GVR
 from shared.logs import event
 
@@ -127,6 +128,29 @@ class StatusWriter:
 
     def _forget(self, gvr: GVR, namespace: str | None, name: str) -> None:
         self._written.pop((gvr, namespace, name), None)
+
+    def follow(self, informer: SharedInformer) -> None:
+        """Forget a remembered write as soon as `informer`'s cache holds it or a newer version
+        (or the object is gone), not only at the object's next write: an object written once
+        must not keep a second, whole copy of itself here."""
+        gvr = informer.gvr
+
+        def seen(obj: Obj) -> None:
+            meta = obj.get("metadata") or {}
+            key = (gvr, meta.get("namespace"), meta.get("name"))
+            mine = self._written.get(key)
+            if mine is not None and not _older(obj, mine):
+                del self._written[key]
+
+        def gone(obj: Obj) -> None:
+            meta = obj.get("metadata") or {}
+            self._written.pop((gvr, meta.get("namespace"), meta.get("name")), None)
+
+        informer.add_event_handler(on_add=seen, on_update=lambda _old, new: seen(new), on_delete=gone)
+
+    def __len__(self) -> int:
+        """Writes remembered now (ahead of the cache)."""
+        return len(self._written)
 
 
 def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

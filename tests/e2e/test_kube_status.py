@@ -8,7 +8,9 @@ import asyncio
 import pytest
 
 from gm.kube.errors import Conflict, NotFound
+from gm.kube.informer import InformerFactory
 from gm.kube.status import StatusWriter
+from tests.conftest import eventually
 from tests.e2e.test_kube_client import NS, ensure_widget_crd, widget
 
 
@@ -106,3 +108,19 @@ async def test_missing_object_raises_not_found(kube, widgets):
 async def test_bad_mutation_result_is_a_type_error(kube, widgets):
     with pytest.raises(TypeError, match="not a dict"):
         await StatusWriter(kube).update(widgets, NS, "w", lambda s: ["not", "a", "dict"])
+
+
+async def test_a_remembered_write_is_forgotten_once_the_cache_has_it(kube, widgets):
+    """A status written once is not kept whole beside the cache: the informer's update drops it."""
+    factory = InformerFactory(kube, namespace=NS)
+    informer = factory.informer(widgets)
+    writer = StatusWriter(kube, cache=factory.get_cached)
+    writer.follow(informer)
+    factory.start()
+    try:
+        await factory.wait_synced(within=10)
+        await writer.update(widgets, NS, "w", lambda s: s.update(phase="Running"))
+        assert len(writer) <= 1
+        await eventually(lambda: len(writer) == 0, within=10, message="the cache caught up")
+    finally:
+        await factory.stop()
