@@ -9,9 +9,15 @@ Why it looks the way it does (each point fixes an upstream weakness, see the GM 
   one being written. Offline nodes cost nothing: their next snapshot covers the gap.
 - A node has one session. A new connection for the node replaces (and closes) the old one
   instead of splitting the queue between them.
-- Liveness is explicit: the hub pings every `ping_interval` and ends a session after
-  `dead_after` seconds without any frame from the peer (pongs included). That bound also
-  caps how long a write can stay blocked on a peer that stopped reading.
+- Liveness is explicit: a session ends after `dead_after` seconds without any frame from the
+  peer (pongs included), and a peer that does not ping on its own is pinged every
+  `ping_interval`; one wheel does both for every session (gm/edge/heartbeat.py). That bound
+  also caps how long a write can stay blocked on a peer that stopped reading.
+- A session costs little, since a GM holds tens of thousands: its reader is the task aiohttp
+  runs the handler in, a writer task exists only while frames are queued, and it holds no
+  queue or event objects (a deque alone is 760 bytes). The hub does not offer
+  permessage-deflate by default: no LC asks for it (ours does not, nor upstream's), and each
+  session that negotiated it would keep zlib contexts of ~100 KB.
 - Upstream reports are authorized (the object must be assigned to the reporting node) and
   handed to the status handler in the order they arrive; it queues them at once on the status
   pipeline (gm/edge/pipeline.py), which writes and retries them. Each report is acked by its
@@ -34,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Iterable, Mapping
@@ -44,6 +51,7 @@ from urllib.parse import urlsplit
 from aiohttp import WSMsgType, hdrs, web
 
 from gm.edge.auth import AuthError, NodeAuth
+from gm.edge.heartbeat import HeartbeatWheel
 from gm.edge.reports import ReportDeferred, ReportRefused
 from gm.http_errors import refusal
 from proto import (
@@ -75,7 +83,6 @@ from proto import (
 )
 from shared import apis
 from shared.logs import event
-from shared.tasks import until_first_done
 from shared.text import clip
 
 log = logging.getLogger("sedna.gm.edge.hub")
@@ -159,24 +166,16 @@ class _Pending:
     writer pops from the front. `None` as the value means "delete".
     """
 
-    __slots__ = ("_items", "_ready")
+    __slots__ = ("_items",)
 
     def __init__(self) -> None:
         self._items: OrderedDict[ObjKey, Mapping[str, Any] | None] = OrderedDict()
-        self._ready = asyncio.Event()
 
     def put(self, key: ObjKey, obj: Mapping[str, Any] | None) -> None:
         self._items[key] = obj
-        self._ready.set()
 
     def pop(self) -> tuple[ObjKey, Mapping[str, Any] | None]:
         return self._items.popitem(last=False)
-
-    async def get(self) -> tuple[ObjKey, Mapping[str, Any] | None]:
-        while not self._items:
-            self._ready.clear()
-            await self._ready.wait()
-        return self.pop()
 
     def __len__(self) -> int:
         return len(self._items)
@@ -186,30 +185,48 @@ class _Pending:
 
 
 class _Session:
-    """One connected node. The hub's `_sessions[node]` points at the current one."""
+    """One connected node. The hub's `_sessions[node]` points at the current one.
 
-    __slots__ = ("node", "ws", "native", "epoch", "pending", "acks", "refusals", "snapshot_count", "seq",
-                 "stopped", "stop_code", "stop_reason")
+    Its reader is the task that runs the hub's handler for the connection; its writer is a
+    task only while something is queued (`Hub._kick`). `end` is set once, by whatever ends the
+    session first; `stop` then cancels both tasks, and the reader turns that cancellation
+    into the end.
+    """
 
-    def __init__(self, node: str, ws: web.WebSocketResponse, *, native: bool, epoch: str = "") -> None:
+    __slots__ = ("node", "ws", "transport", "native", "epoch", "pending", "acks", "refusals", "snapshot_count",
+                 "snapshot_due", "seq", "end", "reader", "writer", "heard", "peer_pinged", "pinged", "beat_slot")
+
+    def __init__(self, node: str, ws: web.WebSocketResponse, transport: asyncio.BaseTransport | None, *,
+                 native: bool, epoch: str = "") -> None:
         self.node = node
         self.ws = ws
+        self.transport = transport  # no ping while its write buffer holds data
         self.native = native
         self.epoch = epoch  # the LC's outbox epoch from its hello ("" in upstream mode)
         self.pending = _Pending()
-        self.acks: asyncio.Queue[tuple[int, str | None]] = asyncio.Queue()  # (seq, refusal) to send
-        self.refusals: deque[float] = deque()  # loop times of recent refusals
+        self.acks: list[tuple[int, str | None]] | None = None  # (seq, refusal) to send, oldest first
+        self.refusals: deque[float] | None = None  # loop times of recent refusals
         self.snapshot_count = 0
+        self.snapshot_due = native  # the writer's first run sends the snapshot
         self.seq = 0  # last downstream seq sent in this session
-        self.stopped = asyncio.Event()
-        self.stop_code = CLOSE_NORMAL
-        self.stop_reason = ""
+        self.end: tuple[int, str] | None = None  # (close code, reason): the session is ending
+        self.reader: asyncio.Task[Any] | None = None  # while it reads
+        self.writer: asyncio.Task[None] | None = None  # while it writes
+        self.heard = 0.0  # loop time of the last frame from the peer
+        self.peer_pinged = -math.inf  # loop time of the peer's last ping
+        self.pinged = 0.0  # loop time the heartbeat wheel last pinged (or chose not to)
+        self.beat_slot = -1  # the wheel's slot for it
 
     def stop(self, code: int, reason: str) -> None:
-        """Ask the session to end; the first request wins."""
-        if not self.stopped.is_set():
-            self.stop_code, self.stop_reason = code, reason
-            self.stopped.set()
+        """Ask the session to end with this close code; the first request wins. A task never
+        cancels itself here: the reader checks `end` after every frame it handled."""
+        if self.end is not None:
+            return
+        self.end = (code, reason)
+        current = asyncio.current_task()
+        for task in (self.writer, self.reader):
+            if task is not None and task is not current:
+                task.cancel()
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -237,7 +254,7 @@ class Hub:
         max_refusals: int = MAX_REFUSALS,
         refusal_window: float = REFUSAL_WINDOW,
         max_frame_bytes: int = MAX_FRAME_BYTES,
-        compress: bool = True,
+        compress: bool = False,
         max_sessions: int | None = None,
     ) -> None:
         if not 0 < ping_interval < dead_after:
@@ -248,7 +265,6 @@ class Hub:
             raise ValueError("give either a shared token or an authenticator, not both")
         # Proves each connection's Node-Name before it can replace that node's session.
         self._auth = auth if auth is not None else NodeAuth.shared(token)
-        self._ping_interval = ping_interval
         self._dead_after = dead_after
         self._hello_timeout = hello_timeout if hello_timeout is not None else dead_after
         self._max_refusals = max_refusals
@@ -261,11 +277,15 @@ class Hub:
         # sessions this process can hold (its descriptor budget); None = no limit
         self.max_sessions = max_sessions
         self._upgrading = 0  # connections between admission and registration
+        self._serving = 0  # connections past their upgrade, until their handler returns
+        self._drained: asyncio.Future[None] | None = None  # close() waits on it for `_serving` to reach 0
+        self._wheel: HeartbeatWheel[_Session] = HeartbeatWheel(
+            ping_interval=ping_interval, dead_after=dead_after, ping=self._ping, expire=self._expire)
+        self._beating: asyncio.Task[None] | None = None  # runs the wheel while sessions exist
         self._at_capacity = False  # logged once per time the capacity is reached
-        # Keys each node was last sent as present; lets an upstream LC, which has no
-        # snapshot markers, be told about objects deleted while it was away.
+        # Keys each upstream-mode node was last sent as present; lets an upstream LC, which
+        # has no snapshot markers, be told about objects deleted while it was away.
         self._held: dict[str, set[ObjKey]] = {}
-        self._running: set[asyncio.Event] = set()
         self._closing = False
         self.stats = HubStats()
 
@@ -288,6 +308,7 @@ class Hub:
             session = self._sessions.get(node)
             if session is not None:
                 session.pending.put(key, obj)
+                self._kick(session)
 
     def connected_nodes(self) -> list[str]:
         return sorted(self._sessions)
@@ -315,11 +336,12 @@ class Hub:
             task.cancel()
         for session in list(self._sessions.values()):
             session.stop(CLOSE_GOING_AWAY, "GM shutting down")
-        waits = [asyncio.create_task(done.wait(), name="hub-close-wait") for done in self._running]
-        if waits:
-            _, still = await asyncio.wait(waits, timeout=self._close_timeout * 2)
-            for task in still:
-                task.cancel()
+        if self._serving:
+            self._drained = asyncio.get_running_loop().create_future()
+            await asyncio.wait([self._drained], timeout=self._close_timeout * 2)
+        if self._beating is not None:
+            self._beating.cancel()
+            await asyncio.wait([self._beating])
 
     # ---- connection -------------------------------------------------------------------
 
@@ -351,13 +373,13 @@ class Hub:
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return ws
-        done = asyncio.Event()
-        self._running.add(done)
+        self._serving += 1
         try:
             await self._serve(node, ws, request)
         finally:
-            self._running.discard(done)
-            done.set()
+            self._serving -= 1
+            if not self._serving and self._drained is not None and not self._drained.done():
+                self._drained.set_result(None)
         return ws
 
     def _check_capacity(self, node: str) -> None:
@@ -443,9 +465,9 @@ class Hub:
         session: _Session | None = None
         code, reason = CLOSE_NORMAL, ""
         try:
-            try:
-                epoch = await self._handshake(node, ws) if native else ""
-                session = self._open(node, ws, native=native, epoch=epoch)
+            try:  # the hello's body is not kept in this frame for the session's life
+                session = self._open(node, ws, request, native=native,
+                                     hello_body=await self._handshake(node, ws) if native else {})
             finally:
                 self._upgrading -= 1  # registered as a session now, or gone
             await self._run(session)
@@ -453,13 +475,13 @@ class Hub:
             code, reason = end.code, end.reason
         finally:
             if session is not None:
-                self._deregister(session)
+                code, reason = await self._deregister(session, code, reason)
             self._record_end(node, native, code, reason)
             await self._close_ws(ws, request, code, reason)
 
-    async def _handshake(self, node: str, ws: web.WebSocketResponse) -> str:
-        """Native mode: read the LC's hello, pick a version, answer with ours; the LC's outbox epoch."""
-        data = await self._receive(ws, self._hello_timeout, CLOSE_HELLO_TIMEOUT)
+    async def _handshake(self, node: str, ws: web.WebSocketResponse) -> Mapping[str, Any]:
+        """Native mode: read the LC's hello, pick a version, answer with ours; the LC's hello body."""
+        data = await self._receive(ws, silence=self._hello_timeout, silence_code=CLOSE_HELLO_TIMEOUT)
         msg = self._decode(data, native=True)
         if msg is None or msg.op is not Op.HELLO:
             raise _SessionEnd(CLOSE_PROTOCOL_ERROR, f"first frame must be hello, got {msg.op if msg else None}")
@@ -469,12 +491,11 @@ class Hub:
             version = negotiate(msg.body["versions"])
         except ProtocolError as exc:
             raise _SessionEnd(exc.close_code, str(exc)) from exc
-        epoch = msg.body.get("epoch", "")
-        event(log, "hub hello", node=node, version=version, acked=msg.body.get("acked", 0), epoch=epoch)
         await self._send(ws, encode_native(hello(node, versions=(version,))))
-        return epoch
+        return {**msg.body, "versions": [version]}
 
-    def _open(self, node: str, ws: web.WebSocketResponse, *, native: bool, epoch: str) -> _Session:
+    def _open(self, node: str, ws: web.WebSocketResponse, request: web.Request, *, native: bool,
+              hello_body: Mapping[str, Any]) -> _Session:
         """Build the session's snapshot and make it the node's session, in one step.
 
         No await happens between reading the source and registering the session, so
@@ -482,7 +503,7 @@ class Hub:
         """
         if self._closing:
             raise _SessionEnd(CLOSE_GOING_AWAY, "GM shutting down")
-        session = _Session(node, ws, native=native, epoch=epoch)
+        session = _Session(node, ws, request.transport, native=native, epoch=hello_body.get("epoch", ""))
         try:
             objects = list(self._source.objects_for_node(node))
         except Exception as exc:  # the GM's code: a bug there must not take the hub down
@@ -500,33 +521,77 @@ class Hub:
             self.stats.sessions_replaced += 1
         self._sessions[node] = session
         self.stats.sessions_opened += 1
-        event(log, "hub session opened", node=node, mode=session.mode, objects=session.snapshot_count)
+        if native:
+            event(log, "hub session opened", node=node, mode=session.mode, objects=session.snapshot_count,
+                  version=hello_body["versions"][0], acked=hello_body.get("acked", 0), epoch=session.epoch)
+        else:
+            event(log, "hub session opened", node=node, mode=session.mode, objects=session.snapshot_count)
         return session
 
-    def _deregister(self, session: _Session) -> None:
+    async def _deregister(self, session: _Session, code: int, reason: str) -> tuple[int, str]:
+        """Take the session out of the hub and end its writer; the (code, reason) it ends with
+        (a stop requested before the reader ended wins)."""
+        session.stop(code, reason)
         if self._sessions.get(session.node) is session:
             del self._sessions[session.node]
+        self._wheel.remove(session)
+        writer = session.writer
+        if writer is not None:
+            await asyncio.wait([writer])
+        assert session.end is not None
+        return session.end
 
     async def _run(self, session: _Session) -> None:
-        """Run reader, writer, pinger and stop-watcher; the first to end ends them all."""
-        node = session.node
-        tasks = [
-            asyncio.create_task(self._read_loop(session), name=f"hub-read-{node}"),
-            asyncio.create_task(self._write_loop(session), name=f"hub-write-{node}"),
-            asyncio.create_task(self._ping_loop(session), name=f"hub-ping-{node}"),
-            asyncio.create_task(self._ack_loop(session), name=f"hub-ack-{node}"),
-            asyncio.create_task(self._watch_stop(session), name=f"hub-stop-{node}"),
-        ]
-        done = await until_first_done(tasks)
-        errors = [t.exception() for t in done if not t.cancelled() and t.exception() is not None]
-        if not errors:
-            raise _SessionEnd(CLOSE_INTERNAL_ERROR, "a session task ended unexpectedly")
-        raise _first_end(node, BaseExceptionGroup("session ended", errors))
+        """Read the session's frames in this task until it ends; its writer sends the snapshot
+        now and whatever is queued later. Raises _SessionEnd."""
+        session.reader = asyncio.current_task()
+        self._beat(session)
+        self._kick(session)
+        try:
+            await self._read_loop(session)
+        except asyncio.CancelledError:
+            # `stop` cancels the reader to end it; a cancellation from anyone else goes on
+            if session.end is None or session.reader is None or session.reader.uncancel() > 0:
+                raise
+            raise _SessionEnd(*session.end) from None
+        finally:
+            session.reader = None
 
-    @staticmethod
-    async def _watch_stop(session: _Session) -> None:
-        await session.stopped.wait()
-        raise _SessionEnd(session.stop_code, session.stop_reason)
+    def _beat(self, session: _Session) -> None:
+        """File the session with the heartbeat wheel, whose task runs while the hub does."""
+        self._wheel.add(session, asyncio.get_running_loop().time())
+        if self._beating is None:
+            self._beating = asyncio.create_task(self._wheel.run(), name="hub-heartbeat")
+            self._beating.add_done_callback(self._wheel_ended)
+
+    def _wheel_ended(self, task: asyncio.Task[None]) -> None:
+        """A crashed wheel is logged and started again a second later; a cancelled one stays down."""
+        self._beating = None
+        if task.cancelled() or self._closing:
+            return
+        event(log, "hub heartbeat crashed", level=logging.ERROR, exc_info=task.exception())
+        asyncio.get_running_loop().call_later(1.0, self._restart_wheel)
+
+    def _restart_wheel(self) -> None:
+        if self._beating is None and not self._closing:
+            self._beating = asyncio.create_task(self._wheel.run(), name="hub-heartbeat")
+            self._beating.add_done_callback(self._wheel_ended)
+
+    async def _ping(self, session: _Session) -> None:
+        """The wheel's ping: none while the socket still holds unsent data (the peer is not
+        reading; the ping would only queue, and waiting for it would hold every other beat)."""
+        transport = session.transport
+        if session.end is not None or transport is None or transport.get_write_buffer_size():
+            return
+        try:
+            await session.ws.ping()
+        except ConnectionError as exc:
+            session.stop(CLOSE_GOING_AWAY, f"ping failed: {exc}")
+            return
+        self.stats.pings_out += 1
+
+    def _expire(self, session: _Session) -> None:
+        session.stop(CLOSE_DEAD, f"no frame from the peer for {self._dead_after:g}s")
 
     async def _close_ws(self, ws: web.WebSocketResponse, request: web.Request, code: int, reason: str) -> None:
         """Close with code and reason; abort the transport if the peer does not take it in time."""
@@ -548,17 +613,23 @@ class Hub:
 
     # ---- reading ----------------------------------------------------------------------
 
-    async def _receive(self, ws: web.WebSocketResponse, silence: float, silence_code: int) -> str | bytes:
-        """The next data frame; answers pings, ends the session on close, error or silence."""
+    async def _receive(self, ws: web.WebSocketResponse, *, session: _Session | None = None,
+                       silence: float | None = None, silence_code: int = CLOSE_DEAD) -> str | bytes:
+        """The next data frame; answers pings, ends the session on close, error or `silence`
+        seconds without a frame (the handshake's bound; a session's is the wheel's)."""
         while True:
             try:
                 msg = await ws.receive(timeout=silence)
             except TimeoutError:
                 raise _SessionEnd(silence_code, f"no frame from the peer for {silence:g}s") from None
+            if session is not None:
+                session.heard = asyncio.get_running_loop().time()
             if msg.type in (WSMsgType.BINARY, WSMsgType.TEXT):
                 self.stats.frames_in += 1
                 return msg.data
             if msg.type is WSMsgType.PING:
+                if session is not None:
+                    session.peer_pinged = session.heard
                 try:
                     await ws.pong(msg.data)
                 except ConnectionError as exc:
@@ -571,8 +642,8 @@ class Hub:
                 raise _SessionEnd(ws.close_code or CLOSE_NORMAL, "closed by peer")
 
     async def _read_loop(self, session: _Session) -> None:
-        while True:
-            data = await self._receive(session.ws, self._dead_after, CLOSE_DEAD)
+        while session.end is None:
+            data = await self._receive(session.ws, session=session)
             msg = self._decode(data, native=session.native)
             if msg is None:
                 continue
@@ -583,6 +654,7 @@ class Hub:
             else:
                 event(log, "hub ignored upstream op", level=logging.WARNING, node=session.node, op=str(msg.op),
                       kind=msg.kind, key=f"{msg.namespace}/{msg.name}")
+        raise _SessionEnd(*session.end)  # stopped by a report this task handled
 
     def _decode(self, data: str | bytes, *, native: bool) -> Message | None:
         """Decode one frame; protocol errors end the session (upstream's unknown ops are skipped)."""
@@ -638,7 +710,7 @@ class Hub:
             return
         self.stats.status_applied += 1
         if session.native:
-            session.acks.put_nowait((msg.seq, None))
+            self._queue_ack(session, msg.seq, None)
 
     def _refused(self, session: _Session, msg: Message, exc: ReportRefused) -> None:
         """Ack a refused report with the reason; a session that keeps sending them is closed."""
@@ -646,8 +718,10 @@ class Hub:
         reason = str(exc) or type(exc).__name__
         event(log, "hub status refused", level=logging.WARNING, **_where(session.node, msg), reason=reason)
         if session.native:
-            session.acks.put_nowait((msg.seq, reason))
+            self._queue_ack(session, msg.seq, reason)
         now = asyncio.get_running_loop().time()
+        if session.refusals is None:
+            session.refusals = deque()
         session.refusals.append(now)
         while session.refusals and now - session.refusals[0] > self._refusal_window:
             session.refusals.popleft()
@@ -656,21 +730,50 @@ class Hub:
             session.stop(CLOSE_POLICY_VIOLATION, f"more than {self._max_refusals} refused reports within "
                                                  f"{self._refusal_window:g}s")
 
-    async def _ack_loop(self, session: _Session) -> None:
-        """Send acks as the reports' writes commit, in the order they commit."""
-        while True:
-            seq, error = await session.acks.get()
-            await self._send(session.ws, encode_native(ack(seq, error=error)))
-            self.stats.acks_out += 1
+    def _queue_ack(self, session: _Session, seq: int, error: str | None) -> None:
+        """Acks go out as the reports' writes commit, in the order they commit."""
+        if session.acks is None:
+            session.acks = []
+        session.acks.append((seq, error))
+        self._kick(session)
 
     # ---- writing ----------------------------------------------------------------------
 
-    async def _write_loop(self, session: _Session) -> None:
-        if session.native:
+    def _kick(self, session: _Session) -> None:
+        """Start the session's writer unless it runs or the session is ending: it sends what is
+        queued (acks first, then objects) and ends when nothing is left."""
+        if session.end is not None or (session.writer is not None and not session.writer.done()):
+            return
+        writer = asyncio.create_task(self._write(session), name=f"hub-write-{session.node}")
+        writer.add_done_callback(lambda task: self._written(session, task))
+        session.writer = writer
+
+    def _written(self, session: _Session, task: asyncio.Task[None]) -> None:
+        """A writer's end: a failed write ends the session, a crash too (logged)."""
+        if session.writer is task:
+            session.writer = None
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if isinstance(exc, _SessionEnd):
+            session.stop(exc.code, exc.reason)
+        elif exc is not None:
+            event(log, "hub session task crashed", level=logging.ERROR, exc_info=exc, node=session.node)
+            session.stop(CLOSE_INTERNAL_ERROR, "internal error")
+
+    async def _write(self, session: _Session) -> None:
+        if session.snapshot_due:
+            session.snapshot_due = False
             await self._write_snapshot(session)
-        while True:
-            key, obj = await session.pending.get()
-            await self._send_object(session, key, obj)
+        while session.acks or session.pending:
+            if session.acks:
+                seq, error = session.acks.pop(0)
+                await self._send(session.ws, encode_native(ack(seq, error=error)))
+                self.stats.acks_out += 1
+            else:
+                key, obj = session.pending.pop()
+                await self._send_object(session, key, obj)
+        session.acks = None
 
     async def _write_snapshot(self, session: _Session) -> None:
         """begin, the snapshot's objects (the first entries of the queue), end."""
@@ -698,11 +801,12 @@ class Hub:
                   key=f"{namespace}/{name}", error=str(exc))
             return
         await self._send(session.ws, data)
-        held = self._held.setdefault(session.node, set())
-        if obj is None:
-            held.discard(key)
-        else:
-            held.add(key)
+        if not session.native:
+            held = self._held.setdefault(session.node, set())
+            if obj is None:
+                held.discard(key)
+            else:
+                held.add(key)
 
     async def _send(self, ws: web.WebSocketResponse, data: str | bytes) -> None:
         try:
@@ -713,15 +817,6 @@ class Hub:
         except ConnectionError as exc:
             raise _SessionEnd(CLOSE_GOING_AWAY, f"write failed: {exc}") from exc
         self.stats.frames_out += 1
-
-    async def _ping_loop(self, session: _Session) -> None:
-        while True:
-            await asyncio.sleep(self._ping_interval)
-            try:
-                await session.ws.ping()
-            except ConnectionError as exc:
-                raise _SessionEnd(CLOSE_GOING_AWAY, f"ping failed: {exc}") from exc
-            self.stats.pings_out += 1
 
     async def _on_shutdown(self, app: web.Application) -> None:
         await self.close()
@@ -737,14 +832,3 @@ def _auth_response(exc: AuthError) -> web.HTTPException:
     if exc.status == 503:
         return refusal(web.HTTPServiceUnavailable, str(exc), **{"Retry-After": "5"})
     return refusal(web.HTTPUnauthorized, str(exc), **{"WWW-Authenticate": "Bearer"})
-
-
-def _first_end(node: str, group: BaseExceptionGroup) -> _SessionEnd:
-    """The _SessionEnd that ended a session's task group; crashes are logged and become 1011."""
-    ends, others = group.split(_SessionEnd)
-    if others is not None:
-        for exc in others.exceptions:
-            event(log, "hub session task crashed", level=logging.ERROR, exc_info=exc, node=node)
-    if ends is not None:
-        return ends.exceptions[0]
-    return _SessionEnd(CLOSE_INTERNAL_ERROR, "internal error")

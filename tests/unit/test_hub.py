@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import os
+import tracemalloc
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
@@ -444,6 +446,36 @@ async def test_peer_that_answers_pings_stays_alive(make_hub: HubFactory, http: a
     assert hub.connected_nodes() == [NODE] and hub.stats.sessions_dead == 0
 
 
+async def test_a_peer_that_pings_on_its_own_is_not_pinged(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
+    """Our LC pings every 10 s: its pings, answered, keep the session; the GM sends none."""
+    hub, url = await make_hub(ping_interval=0.1, dead_after=0.4)
+    ws = await connect(http, url)
+    await read_snapshot(ws)
+    for _ in range(20):  # 1 s, two and a half times dead_after
+        await ws.ping()
+        with contextlib.suppress(TimeoutError):
+            await ws.receive(timeout=0.05)  # the pong, which the client takes itself
+    assert hub.stats.pings_out == 0
+    assert hub.connected_nodes() == [NODE] and hub.stats.sessions_dead == 0
+
+
+async def test_a_peer_that_stops_reading_is_ended_while_the_others_keep_their_beat(
+        make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
+    """One wheel pings every session: a peer whose socket does not drain must not hold it."""
+    hub, url = await make_hub(ping_interval=0.05, dead_after=0.4, compress=False)
+    stuck = await connect(http, url, NODE, compress=0)
+    await read_snapshot(stuck)  # and never reads again
+    alive = await connect(http, url, OTHER)
+    await read_snapshot(alive)
+    blob = os.urandom(192 * 1024).hex()
+    for version in range(40):  # 15 MiB the stuck peer does not read: the GM's writes block
+        hub.notify_changed("Dataset", "default", f"big-{version}", {"v": version, "blob": blob}, [NODE])
+    pings = hub.stats.pings_out
+    await read_until_pings(hub, alive, pings + 20)  # 1 s of the live peer's pings
+    await eventually(lambda: hub.stats.sessions_dead == 1, "the stuck session ended")
+    assert hub.connected_nodes() == [OTHER]
+
+
 async def read_until_pings(hub: Hub, ws: aiohttp.ClientWebSocketResponse, pings: int) -> None:
     """Keep reading (receive() answers pings) until the hub has sent `pings` pings."""
     async with asyncio.timeout(TIMEOUT):
@@ -772,3 +804,49 @@ async def test_a_client_gone_before_its_upgrade_is_answered_is_counted_not_logge
     assert hub.stats.handshakes_abandoned > 0
     assert hub.sessions_active == 0
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+# ---- what a session costs ------------------------------------------------------------------
+
+
+def hub_tasks() -> list[str]:
+    return sorted(t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("hub-"))
+
+
+async def test_idle_sessions_run_no_task_of_their_own(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
+    """A session's reader is the connection's handler task; a writer runs only while frames
+    are queued; one heartbeat task serves every session."""
+    hub, url = await make_hub()
+    sessions = [await connect(http, url, NODE), await connect(http, url, OTHER)]
+    for ws in sessions:
+        await read_snapshot(ws)
+    await eventually(lambda: hub_tasks() == ["hub-heartbeat"], "the writers finished")
+    await send_status(sessions[0], 1, "d1")
+    assert await recv(sessions[0]) == proto.ack(1)
+    hub.notify_changed("Dataset", "default", "o1", dataset("o1", OTHER, version=2), [OTHER])
+    assert (await recv(sessions[1])).body["spec"]["version"] == 2
+    await eventually(lambda: hub_tasks() == ["hub-heartbeat"], "the writers finished again")
+
+
+async def test_a_session_holds_little_of_the_hubs_making(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
+    """What the hub's handling keeps per idle session (its websocket response, reader, writer,
+    coroutines, tasks, the session): ~6 KB; 21 KB with a task each for reading, writing,
+    pinging, acks and stops, and an event or queue for each."""
+    hub, url = await make_hub()
+    first = await connect(http, url, NODE)
+    await read_snapshot(first)  # the first session builds what all share (the wheel, its task)
+    count = 40
+    tracemalloc.start(64)
+    try:
+        before = tracemalloc.take_snapshot()
+        sessions = [await connect(http, url, f"n-{i}") for i in range(count)]
+        for ws in sessions:
+            await read_snapshot(ws)
+        await eventually(lambda: hub_tasks() == ["hub-heartbeat"], "the writers finished")
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    ours = [tracemalloc.Filter(True, "*/gm/edge/hub.py", all_frames=True)]
+    held = sum(d.size_diff for d in after.filter_traces(ours).compare_to(before.filter_traces(ours), "filename"))
+    assert hub.sessions_active == count + 1 and not first.closed
+    assert held / count < 10_000
