@@ -51,7 +51,7 @@ from gm.edge.auth import (
     TokenReviewAuth,
 )
 from gm.edge.capacity import raise_fd_limit, session_capacity
-from gm.edge.hub import Hub
+from gm.edge.hub import PLACEMENT_GRACE, Hub
 from gm.edge.objects import EdgeObjects
 from gm.edge.pipeline import StatusPipeline
 from gm.edge.status import UpstreamStatus
@@ -183,7 +183,7 @@ class GlobalManager:
         self.hub_metrics.capacity.set(capacity)
         self.hub = Hub(self.edge, UpstreamStatus(self.pipeline, rules=[
             (d.api, d.report) for d in self.declarations if d.report is not None], events=events),
-            auth=self._node_auth(), max_sessions=capacity)
+            auth=self._node_auth(), max_sessions=capacity, placement_grace=PLACEMENT_GRACE)
         self.edge.bind(self.hub.notify_changed)
 
     def _node_auth(self) -> NodeAuth:

@@ -24,6 +24,9 @@ Why it looks the way it does (each point fixes an upstream weakness, see the GM 
   sequence number as soon as the write carrying it committed, independently of the session's
   other reports: a slow object never holds another object's acks. The handler is given the
   LC's outbox epoch with each report so it can order them across sessions (gm/edge/order.py).
+  A report for an object this GM's caches do not hold yet is not refused at once: with several
+  replicas, the one that placed its worker (the leader) may have seen it first. It waits, up to
+  `placement_grace` and without holding the session's other reports, for the caches to place it.
 - A frame that does not decode ends that session only, and so does a session that keeps
   sending reports the GM refuses (`max_refusals` within `refusal_window` seconds): a client
   that only produces refusals is made to back off instead of costing the GM its CPU.
@@ -93,6 +96,9 @@ _MAX_REASON_BYTES = 123  # RFC 6455: a close frame's reason fits in 123 bytes
 WEBSOCKET_VERSION = "13"  # RFC 6455's, the only one the hub speaks
 MAX_REFUSALS = 100  # refused reports a session may send within REFUSAL_WINDOW seconds
 REFUSAL_WINDOW = 10.0
+PLACEMENT_GRACE = 10.0  # how long the GM lets a report wait for its object to reach its caches
+PLACEMENT_POLL = 0.05
+MAX_AWAITING = 64  # such reports of one node at once (an LC's window); more are refused at once
 
 
 class ObjectSource(Protocol):
@@ -104,6 +110,10 @@ class ObjectSource(Protocol):
 
     def is_assigned(self, node: str, kind: str, namespace: str, name: str) -> bool:
         """Whether the node may report status for this object."""
+        ...
+
+    def lacks(self, kind: str, namespace: str, name: str) -> bool:
+        """Whether the object is of a kind the GM places and is not in its caches (yet)."""
         ...
 
 
@@ -140,6 +150,7 @@ class HubStats:
     skipped_out: int = 0
     handshakes_abandoned: int = 0  # the client went away before its upgrade was answered
     handshakes_over_capacity: int = 0  # refused with 503: the GM holds `max_sessions` already
+    placement_waits: int = 0  # reports that waited for the caches to hold their object
 
 
 def _upstream_lc_takes(kind: str) -> bool:
@@ -253,6 +264,7 @@ class Hub:
         close_timeout: float = 5.0,
         max_refusals: int = MAX_REFUSALS,
         refusal_window: float = REFUSAL_WINDOW,
+        placement_grace: float = 0.0,
         max_frame_bytes: int = MAX_FRAME_BYTES,
         compress: bool = False,
         max_sessions: int | None = None,
@@ -269,6 +281,8 @@ class Hub:
         self._hello_timeout = hello_timeout if hello_timeout is not None else dead_after
         self._max_refusals = max_refusals
         self._refusal_window = refusal_window
+        self._placement_grace = placement_grace  # 0: a report for an object not placed is refused at once
+        self._awaiting: dict[str, int] = {}  # node -> its reports waiting for their object's placement
         self._finishing: set[asyncio.Task[None]] = set()  # reports waiting for their write
         self._close_timeout = close_timeout
         self._max_frame_bytes = max_frame_bytes
@@ -672,6 +686,45 @@ class Hub:
             raise _SessionEnd(exc.close_code, str(exc)) from exc
 
     async def _on_status(self, session: _Session, msg: Message) -> None:
+        """Take one report, after waiting for its object to be placed when the caches lack it
+        (upstream sessions wait here, in order; native ones go on reading meanwhile)."""
+        node = session.node
+        if not self._awaits_placement(node, msg):
+            await self._take(session, msg)
+            return
+        self._awaiting[node] = self._awaiting.get(node, 0) + 1  # released when the wait ends
+        waiting = self._placed_then_taken(session, msg)
+        if not session.native:
+            await waiting
+            return
+        task = asyncio.ensure_future(waiting)
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
+
+    def _awaits_placement(self, node: str, msg: Message) -> bool:
+        return (self._placement_grace > 0 and self._awaiting.get(node, 0) < MAX_AWAITING
+                and not self._source.is_assigned(node, msg.kind, msg.namespace, msg.name)
+                and self._source.lacks(msg.kind, msg.namespace, msg.name))
+
+    async def _placed_then_taken(self, session: _Session, msg: Message) -> None:
+        """Wait up to `placement_grace` for the object to be placed on the node, then take the
+        report (refused if it still is not); left unacked if the session ends meanwhile."""
+        node, loop = session.node, asyncio.get_running_loop()
+        self.stats.placement_waits += 1
+        started = loop.time()
+        try:
+            while not self._source.is_assigned(node, msg.kind, msg.namespace, msg.name):
+                if loop.time() - started >= self._placement_grace or self._sessions.get(node) is not session:
+                    break
+                await asyncio.sleep(PLACEMENT_POLL)
+        finally:
+            if left := self._awaiting.pop(node) - 1:
+                self._awaiting[node] = left
+        if self._sessions.get(node) is session:
+            event(log, "hub status waited for placement", **_where(node, msg), waited=round(loop.time() - started, 3))
+            await self._take(session, msg)
+
+    async def _take(self, session: _Session, msg: Message) -> None:
         """Authorize and queue one report; native reports are acked when their write committed
         (or at once when refused), upstream ones are awaited here (no acks: backpressure)."""
         node = session.node

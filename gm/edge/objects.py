@@ -226,6 +226,11 @@ class EdgeObjects:
         entry = self._entries.get((kind, namespace, name))
         return entry is not None and node in entry.nodes
 
+    def lacks(self, kind: str, namespace: str, name: str) -> bool:
+        """Whether the object is of a kind this GM places and is not in its caches (yet)."""
+        informer = self._informers.get(kind)
+        return informer is not None and informer.store.get_by_name(namespace or None, name) is None
+
     def nodes_of(self, kind: str, namespace: str, name: str) -> frozenset[str]:
         """Where the object belongs right now (empty when no node needs it)."""
         entry = self._entries.get((kind, namespace, name))
