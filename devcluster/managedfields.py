@@ -38,6 +38,13 @@ STRIPPED_META = frozenset({"name", "namespace", "uid", "resourceVersion", "gener
 # Struct fields every object of a built-in kind has even when empty, so an update adding
 # content under them never owns the struct itself.
 _ZERO_STRUCTS = frozenset({"metadata", "spec", "status", "template", "strategy", "updateStrategy"})
+# ... and a core Event's top-level structs (its zero value writes `source: {}`)
+_ZERO_TOP_STRUCTS = frozenset({"source", "deprecatedSource"})
+# Lists a kind's zero value already holds (as null: not omitempty), so adding items never owns the list;
+# every other list added by an update is owned itself too (FieldsV1 `.`).
+_ZERO_LISTS = frozenset({"containers"})
+# Top-level strings of an Event that are not omitempty: their zero value "" is never owned.
+_ZERO_TOP_SCALARS = frozenset({"reportingComponent", "reportingInstance"})
 _CONTAINER_LISTS = frozenset({"containers", "initContainers", "ephemeralContainers"})
 # list field -> the keys of its items (built-ins); ports depend on where they sit.
 _LIST_KEYS: dict[str, tuple[str, ...]] = {
@@ -48,8 +55,11 @@ _LIST_KEYS: dict[str, tuple[str, ...]] = {
     "ownerReferences": ("uid",), "resourceClaims": ("name",), "ephemeralContainerStatuses": ("name",),
 }
 _SET_LISTS = frozenset({"finalizers"})
-# Maps owned and replaced as one value (label selectors, Service selectors).
-_ATOMIC_MAPS = frozenset({"selector"})
+# Maps and structs owned and replaced as one value (`+mapType=atomic`, `+structType=atomic`): label
+# and Service selectors, node selectors, object and key references.
+_ATOMIC_MAPS = frozenset({"selector", "nodeSelector", "requiredDuringSchedulingIgnoredDuringExecution",
+                          "fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef", "roleRef",
+                          "involvedObject", "regarding", "related"})
 # A key field the client may omit, filled with the default the API declares for it.
 _KEY_DEFAULTS = {"protocol": "TCP"}
 
@@ -103,7 +113,13 @@ class Shape:
         return ("map", keys) if keys else ("atomic", ())
 
     def zero_struct(self) -> bool:
-        return self.name in _ZERO_STRUCTS
+        return self.name in _ZERO_STRUCTS or (self.parent is None and self.name in _ZERO_TOP_STRUCTS)
+
+    def zero_list(self) -> bool:
+        return self.name in _ZERO_LISTS
+
+    def zero_scalar(self, value: Any) -> bool:
+        return value == "" and self.parent is None and self.name in _ZERO_TOP_SCALARS
 
     def atomic_map(self) -> bool:
         return self.name in _ATOMIC_MAPS
@@ -140,6 +156,12 @@ class SchemaShape(Shape):
         return "atomic", ()
 
     def zero_struct(self) -> bool:
+        return False
+
+    def zero_list(self) -> bool:
+        return False
+
+    def zero_scalar(self, value: Any) -> bool:
         return False
 
     def atomic_map(self) -> bool:
@@ -218,13 +240,18 @@ def _walk_applied(value: Any, shape: Shape, path: Path, out: set[Path]) -> None:
 
 
 def _walk_added(value: Any, shape: Shape, path: Path, out: set[Path]) -> None:
-    """Every node of a value an update added (the node itself too, but for zero structs)."""
+    """Every node of a value an update added (the node itself too, but for what a kind's zero value
+    holds already); a null is no value (Go's zero Time)."""
+    if value is None or shape.zero_scalar(value):
+        return
     if isinstance(value, dict) and not shape.atomic_map():
         if not value or not shape.zero_struct():
             out.add(path)
         for k, v in value.items():
             _walk_added(v, shape.child(k), (*path, "f:" + k), out)
     elif isinstance(value, list) and shape.list_kind()[0] != "atomic":
+        if not shape.zero_list():
+            out.add(path)
         for el, item in _items(value, shape):
             out.add((*path, el))
             if isinstance(item, dict):
@@ -487,6 +514,19 @@ def tracked(rt: Any, obj: dict[str, Any] | None, subresource: str | None) -> dic
     return out
 
 
+def _updated_view(rt: Any, view: dict[str, Any]) -> dict[str, Any]:
+    """What an update may own of a tracked view: a namespace's `spec.finalizers` are set by the server
+    after ownership is recorded (its strategy), so an update never owns them, nor the spec they leave
+    empty (the zero value's)."""
+    if rt.key != ("", "namespaces") or not isinstance(view.get("spec"), dict):
+        return view
+    out = dict(view)
+    spec = {k: v for k, v in out.pop("spec").items() if k != "finalizers"}
+    if spec:
+        out["spec"] = spec
+    return out
+
+
 def record_update(rt: Any, old: dict[str, Any] | None, new: dict[str, Any], *, manager: str,
                   subresource: str | None, requested: Any, now: float) -> None:
     """Give `new` the managedFields after an Update by `manager` (in place on new's metadata).
@@ -502,7 +542,8 @@ def record_update(rt: Any, old: dict[str, Any] | None, new: dict[str, Any], *, m
         new["metadata"].pop("managedFields", None)
         return
     shape = shape_of(rt)
-    diff = compare(tracked(rt, old, subresource), tracked(rt, new, subresource), shape)
+    diff = compare(_updated_view(rt, tracked(rt, old, subresource)), _updated_view(rt, tracked(rt, new, subresource)),
+                   shape)
     mine = Entry(manager, "Update", rt.api_version, None, set(), subresource or "")
     if not diff.empty():
         taken = diff.added | diff.modified
@@ -515,7 +556,8 @@ def record_update(rt: Any, old: dict[str, Any] | None, new: dict[str, Any], *, m
             entries.append(mine)
             current = mine
         current.fields = (current.fields - diff.removed) | taken
-        current.time = rfc3339(now)
+        # the real server's /scale handler converts entries without their time
+        current.time = None if subresource == "scale" else rfc3339(now)
         current.api_version = rt.api_version
         current.raw = None
     new["metadata"]["managedFields"] = encode_entries(entries)
