@@ -46,6 +46,59 @@ def default_container(c: dict[str, Any]) -> None:
         ref = env.get("valueFrom", {}).get("fieldRef") if isinstance(env, dict) else None
         if isinstance(ref, dict):
             ref.setdefault("apiVersion", "v1")
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        if isinstance(c.get(probe), dict):
+            default_probe(c[probe])
+    for hook in ((c.get("lifecycle") or {}).get(h) for h in ("postStart", "preStop")):
+        if isinstance(hook, dict) and isinstance(hook.get("httpGet"), dict):
+            default_http_get(hook["httpGet"])
+
+
+def default_probe(probe: dict[str, Any]) -> None:
+    """A probe's timing defaults (SetDefaults_Probe) and its HTTP handler's."""
+    probe.setdefault("timeoutSeconds", 1)
+    probe.setdefault("periodSeconds", 10)
+    probe.setdefault("successThreshold", 1)
+    probe.setdefault("failureThreshold", 3)
+    if isinstance(probe.get("httpGet"), dict):
+        default_http_get(probe["httpGet"])
+
+
+def default_http_get(action: dict[str, Any]) -> None:
+    if not action.get("path"):
+        action["path"] = "/"
+    action.setdefault("scheme", "HTTP")
+
+
+# the file mode a volume's files get unless it says otherwise (0644)
+DEFAULT_MODE = 420
+
+
+def default_volumes(spec: dict[str, Any]) -> None:
+    """Volume source defaults: file modes, a hostPath's type, a projected token's lifetime."""
+    for volume in spec.get("volumes") or []:
+        if not isinstance(volume, dict):
+            continue
+        for source in ("configMap", "secret", "downwardAPI", "projected"):
+            if isinstance(volume.get(source), dict):
+                volume[source].setdefault("defaultMode", DEFAULT_MODE)
+        if isinstance(volume.get("hostPath"), dict):
+            volume["hostPath"].setdefault("type", "")
+        for item in (volume.get("downwardAPI") or {}).get("items") or []:
+            _default_field_ref(item)
+        for projection in (volume.get("projected") or {}).get("sources") or []:
+            if not isinstance(projection, dict):
+                continue
+            if isinstance(projection.get("serviceAccountToken"), dict):
+                projection["serviceAccountToken"].setdefault("expirationSeconds", 3600)
+            for item in (projection.get("downwardAPI") or {}).get("items") or []:
+                _default_field_ref(item)
+
+
+def _default_field_ref(item: Any) -> None:
+    ref = item.get("fieldRef") if isinstance(item, dict) else None
+    if isinstance(ref, dict):
+        ref.setdefault("apiVersion", "v1")
 
 
 def default_pod_spec(spec: dict[str, Any]) -> None:
@@ -65,7 +118,66 @@ def default_pod_spec(spec: dict[str, Any]) -> None:
 def default_pod(obj: dict[str, Any]) -> None:
     spec = _d(obj, "spec")
     default_pod_spec(spec)
+    default_volumes(spec)
     spec.setdefault("enableServiceLinks", True)  # a Pod's default, not a pod template's
+    for key in ("initContainers", "containers"):
+        for c in spec.get(key) or []:
+            _requests_from_limits(c)
+
+
+def _requests_from_limits(c: Any) -> None:
+    """A Pod's container requests what it limits unless it says otherwise (templates are left as sent)."""
+    res = c.get("resources") if isinstance(c, dict) else None
+    limits = res.get("limits") if isinstance(res, dict) else None
+    if not isinstance(limits, dict) or not limits:
+        return
+    requests = res.get("requests") if isinstance(res.get("requests"), dict) else {}
+    res["requests"] = {**limits, **requests}
+
+
+# -- the Priority and DefaultTolerationSeconds admission plugins (pod creates) -------------------
+# Run after ownership is recorded, as admission runs after the real field manager: what they add is
+# owned by no manager.
+
+
+def admit_pod(pod: dict[str, Any]) -> None:
+    """A new pod's priority and default tolerations."""
+    spec = _d(pod, "spec")
+    default_priority(spec)
+    default_toleration_seconds(spec)
+
+
+# the priority classes every cluster has (scheduling.k8s.io); others are looked up by nobody here
+SYSTEM_PRIORITIES = {"system-node-critical": 2000001000, "system-cluster-critical": 2000000000}
+
+
+def default_priority(spec: dict[str, Any]) -> None:
+    """What the Priority admission gives a pod: its class's value (0 without a class: no class here
+    is the global default) and the default preemption policy."""
+    name = spec.get("priorityClassName") or ""
+    if "priority" not in spec and (not name or name in SYSTEM_PRIORITIES):
+        spec["priority"] = SYSTEM_PRIORITIES.get(name, 0)
+    spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+
+
+# the taints DefaultTolerationSeconds makes every pod tolerate for five minutes
+_DEFAULT_TOLERATIONS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def default_toleration_seconds(spec: dict[str, Any]) -> None:
+    """What the DefaultTolerationSeconds admission adds: a pod that does not tolerate a NoExecute
+    not-ready or unreachable taint tolerates it for 300 s."""
+    tolerations = spec.get("tolerations") if isinstance(spec.get("tolerations"), list) else []
+    added = [{"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+             for key in _DEFAULT_TOLERATIONS if not any(_tolerates_no_execute(t, key) for t in tolerations)]
+    if added:
+        spec["tolerations"] = [*tolerations, *added]
+
+
+def _tolerates_no_execute(t: Any, key: str) -> bool:
+    if not isinstance(t, dict) or t.get("effect") not in (None, "", "NoExecute"):
+        return False
+    return t.get("key") == key or (not t.get("key") and t.get("operator") == "Exists")
 
 
 APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
@@ -123,8 +235,14 @@ def sync_app_armor(pod: dict[str, Any]) -> None:
 def default_template(spec: dict[str, Any]) -> None:
     tmpl = spec.get("template")
     if isinstance(tmpl, dict):
-        _d(tmpl, "metadata")
+        template_metadata(tmpl)
         default_pod_spec(_d(tmpl, "spec"))
+        default_volumes(tmpl["spec"])
+
+
+def template_metadata(tmpl: dict[str, Any]) -> None:
+    """An embedded ObjectMeta as Go writes it: `creationTimestamp: null` (a zero Time is not omitted)."""
+    _d(tmpl, "metadata").setdefault("creationTimestamp", None)
 
 
 def default_deployment(obj: dict[str, Any]) -> None:
@@ -162,8 +280,14 @@ def default_service(obj: dict[str, Any]) -> None:
                 port.setdefault("targetPort", port["port"])
 
 
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
+
 def default_namespace(obj: dict[str, Any]) -> None:
     _d(obj, "spec").setdefault("finalizers", ["kubernetes"])
+    meta = _d(obj, "metadata")
+    if meta.get("name"):  # always the namespace's own name, whatever the client sent
+        _d(meta, "labels")[NAMESPACE_NAME_LABEL] = meta["name"]
 
 
 def default_secret(obj: dict[str, Any]) -> None:
@@ -175,12 +299,19 @@ def default_hpa(obj: dict[str, Any]) -> None:
     _d(obj, "spec").setdefault("minReplicas", 1)
 
 
+def default_priority_class(obj: dict[str, Any]) -> None:
+    obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
+
+
 def default_lease(obj: dict[str, Any]) -> None:
     _d(obj, "spec")
 
 
 def default_event(obj: dict[str, Any]) -> None:
     _d(obj, "involvedObject")
+    _d(obj, "source")
+    for key in ("firstTimestamp", "lastTimestamp", "eventTime"):  # zero times are written as null
+        obj.setdefault(key, None)
     obj.setdefault("reportingComponent", "")
     obj.setdefault("reportingInstance", "")
 
@@ -195,6 +326,7 @@ DEFAULTERS: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {
     ("apps", "replicasets"): default_replicaset,
     ("autoscaling", "horizontalpodautoscalers"): default_hpa,
     ("coordination.k8s.io", "leases"): default_lease,
+    ("scheduling.k8s.io", "priorityclasses"): default_priority_class,
     **rbac.DEFAULTERS,
 }
 
@@ -203,6 +335,19 @@ def apply_builtin_defaults(key: tuple[str, str], obj: dict[str, Any]) -> None:
     fn = DEFAULTERS.get(key) or _workloads().DEFAULTERS.get(key)
     if fn is not None:
         fn(obj)
+    drop_empty_metadata(obj)
+
+
+# ObjectMeta's maps and lists are `omitempty`: an emptied one is not written at all
+_OMITTED_WHEN_EMPTY = ("labels", "annotations", "finalizers", "ownerReferences")
+
+
+def drop_empty_metadata(obj: dict[str, Any]) -> None:
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        for key in _OMITTED_WHEN_EMPTY:
+            if key in meta and not meta[key]:
+                del meta[key]
 
 
 # -- create-time status ----------------------------------------------------------------------

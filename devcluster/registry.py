@@ -32,7 +32,7 @@ class ResourceType:
     categories: tuple[str, ...] = ()
     status: bool = False  # serves the /status subresource; the main endpoint ignores status
     scale: bool = False  # serves the /scale subresource (autoscaling/v1 Scale)
-    generation: bool = False  # keeps metadata.generation (every kind with a spec/status split)
+    generation: bool = False  # keeps metadata.generation (as the real strategies do: not Services, Namespaces)
     crd: bool = False
     schema: dict[str, Any] | None = field(default=None, compare=False, hash=False)
     printer_columns: tuple[dict[str, Any], ...] = field(default=(), compare=False, hash=False)
@@ -76,12 +76,11 @@ def _rt(group: str, version: str, resource: str, kind: str, namespaced: bool = T
 def builtin_types() -> list[ResourceType]:
     """The built-in resources of spec §3.4, with the names a real 1.32 server publishes."""
     return [
-        _rt("", "v1", "namespaces", "Namespace", False, short_names=("ns",), status=True, generation=True),
+        _rt("", "v1", "namespaces", "Namespace", False, short_names=("ns",), status=True),
         _rt("", "v1", "nodes", "Node", False, short_names=("no",), status=True),
-        _rt("", "v1", "pods", "Pod", short_names=("po",), categories=("all",), status=True,
+        _rt("", "v1", "pods", "Pod", short_names=("po",), categories=("all",), status=True, generation=True,
             extra_subresources=(("binding", ("create",)), ("log", ("get",)))),
-        _rt("", "v1", "services", "Service", short_names=("svc",), categories=("all",), status=True,
-            generation=True),
+        _rt("", "v1", "services", "Service", short_names=("svc",), categories=("all",), status=True),
         _rt("", "v1", "secrets", "Secret"),
         _rt("", "v1", "configmaps", "ConfigMap", short_names=("cm",)),
         _rt("", "v1", "events", "Event", short_names=("ev",)),

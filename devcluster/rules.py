@@ -70,10 +70,29 @@ def status_only(rt: ResourceType, old: dict[str, Any], body: dict[str, Any]) -> 
         else:
             new["metadata"].pop("annotations", None)
     if "status" in body:
-        new["status"] = body["status"]
+        new["status"] = omit_zero_counters(rt, body["status"])
     else:
         new.pop("status", None)
     return new
+
+
+# status counters the real types write only when not zero (`omitempty` integers), per kind
+_ZERO_OMITTED = {
+    ("apps", "deployments"): ("replicas", "updatedReplicas", "readyReplicas", "availableReplicas",
+                              "unavailableReplicas", "terminatingReplicas"),
+    ("apps", "replicasets"): ("fullyLabeledReplicas", "readyReplicas", "availableReplicas", "terminatingReplicas",
+                              "observedGeneration"),
+    ("apps", "daemonsets"): ("updatedNumberScheduled", "numberAvailable", "numberUnavailable", "observedGeneration"),
+    ("batch", "jobs"): ("active", "succeeded", "failed"),
+}
+
+
+def omit_zero_counters(rt: ResourceType, status: Any) -> Any:
+    """`status` without the zero counters its kind never writes."""
+    keys = _ZERO_OMITTED.get(rt.key)
+    if not keys or not isinstance(status, dict) or not any(status.get(k) == 0 for k in keys):
+        return status
+    return {k: v for k, v in status.items() if not (k in keys and v == 0 and not isinstance(v, bool))}
 
 
 def check_new_finalizers(rt: ResourceType, old: dict[str, Any], new: dict[str, Any]) -> None:
@@ -105,6 +124,23 @@ def set_generation(rt: ResourceType, old: dict[str, Any], new: dict[str, Any]) -
         return
     gen = old["metadata"].get("generation") or 1
     new["metadata"]["generation"] = gen + 1 if spec_changed(rt, old, new) else gen
+    if rt.key == ("apps", "daemonsets"):
+        _keep_template_generation(old, new)
+
+
+DS_TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
+
+
+def _keep_template_generation(old: dict[str, Any], new: dict[str, Any]) -> None:
+    """A DaemonSet's template generation is the server's: the stored one, plus one when the
+    template changed, whatever the request's annotation says."""
+    try:
+        current = int(((old["metadata"].get("annotations") or {}).get(DS_TEMPLATE_GENERATION)) or 1)
+    except ValueError:
+        current = 1
+    if (old.get("spec") or {}).get("template") != (new.get("spec") or {}).get("template"):
+        current += 1
+    new["metadata"].setdefault("annotations", {})[DS_TEMPLATE_GENERATION] = str(current)
 
 
 def same_content(old: dict[str, Any], new: dict[str, Any]) -> bool:

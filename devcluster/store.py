@@ -20,7 +20,7 @@ import orjson
 from devcluster import crds, managedfields, rules
 from devcluster.allocator import AllocationError, ServiceAllocator
 from devcluster.apply import server_side_apply
-from devcluster.defaults import apply_builtin_defaults, initial_status, sync_app_armor
+from devcluster.defaults import admit_pod, apply_builtin_defaults, initial_status, sync_app_armor
 from devcluster.errors import (
     ApiError,
     FieldError,
@@ -55,6 +55,8 @@ CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
 SERVICE_KEY = ("", "services")
 POD_KEY = ("", "pods")
 EVENT_KEY = ("", "events")
+# a delete that removes one of these at once answers with the object, not a Status
+_RETURN_DELETED = frozenset({POD_KEY, SERVICE_KEY, ("", "serviceaccounts")})
 _STRATEGIC_415 = ("the body of the request was in an unknown format - accepted media types include: "
                   "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml")
 _MAX_EVENT_INDEX = 50_000
@@ -205,11 +207,15 @@ class Store:
         if rt.generation:
             m["generation"] = 1
         obj = self._create_defaults(rt, obj, now)
-        if self.admission is not None:
-            self.admission.mutate(rt, obj, None, name=requested_name)
+        # ownership is recorded before mutating admission, as the real create handler does: what
+        # admission adds (a token volume, a priority) is owned by no manager
         if field_manager is not None:
             managedfields.record_update(rt, None, obj, manager=field_manager, subresource=None,
                                         requested=obj["metadata"].get("managedFields"), now=now)
+        if self.admission is not None:
+            self.admission.mutate(rt, obj, None, name=requested_name)
+            if rt.key == POD_KEY:  # the Priority and DefaultTolerationSeconds plugins
+                admit_pod(obj)
         self._validate(rt, obj, None)
         if self.admission is not None:
             self.admission.validate(rt, obj, None, warnings=warnings)
@@ -467,10 +473,13 @@ class Store:
         grace = self._grace(rt, old, grace_period)
         if finalizers or grace > 0 or self._removal_blocked(rt, old):
             return self._mark_deleting(rt, old, finalizers, grace, dry_run)
+        # a running pod deleted with no grace is marked (timestamp now, grace 0) and removed at once:
+        # the answer is the marked pod
+        last = _marked_now(old, self._clock()) if rt.key == POD_KEY and self._graceful(old) else old
         if dry_run:
-            return old if rt.key == POD_KEY else _success(rt, old)
-        last = self._remove(rt, old, old)
-        return last if rt.key == POD_KEY else _success(rt, old)
+            return last if rt.key in _RETURN_DELETED else _success(rt, old)
+        last = self._remove(rt, old, last)
+        return last if rt.key in _RETURN_DELETED else _success(rt, old)
 
     def _check_preconditions(self, rt: ResourceType, old: dict[str, Any], pre: dict[str, Any] | None) -> None:
         if not pre:
@@ -492,10 +501,13 @@ class Store:
         spec = obj.get("spec") or {}
         grace = requested if requested is not None else spec.get("terminationGracePeriodSeconds", 30)
         grace = 1 if grace < 0 else int(grace)
-        phase = (obj.get("status") or {}).get("phase")
-        if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
-            return 0
-        return grace
+        return grace if self._graceful(obj) else 0
+
+    @staticmethod
+    def _graceful(pod: dict[str, Any]) -> bool:
+        """Whether a pod's deletion is graceful at all: scheduled and not done."""
+        phase = (pod.get("status") or {}).get("phase")
+        return bool((pod.get("spec") or {}).get("nodeName")) and phase not in ("Succeeded", "Failed")
 
     def _mark_deleting(self, rt: ResourceType, old: dict[str, Any], finalizers: list[str], grace: int,
                        dry_run: bool) -> dict[str, Any]:
@@ -509,7 +521,8 @@ class Store:
             m.pop("finalizers", None)
         if not om.get("deletionTimestamp"):
             m["deletionTimestamp"] = rfc3339(now + grace)
-            m["deletionGracePeriodSeconds"] = grace
+            if rt.key != NS_KEY:  # a namespace's own delete sets the timestamp only
+                m["deletionGracePeriodSeconds"] = grace
             if m.get("generation"):
                 m["generation"] += 1
             self._mark_status(rt, new, now)
@@ -931,6 +944,14 @@ def _label_selector(sel: Any) -> LabelSelector | None:
     if parsed is None or parsed.empty:
         return None
     return parsed
+
+
+def _marked_now(obj: dict[str, Any], now: float) -> dict[str, Any]:
+    """`obj` as a graceful delete with no grace leaves it for the moment before its removal."""
+    m = dict(obj["metadata"], deletionTimestamp=rfc3339(now), deletionGracePeriodSeconds=0)
+    if m.get("generation"):
+        m["generation"] += 1
+    return {**obj, "metadata": m}
 
 
 def _success(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from devcluster.defaults import default_template
+from devcluster.defaults import default_template, template_metadata
 from devcluster.errors import FieldError
 from devcluster.validation import (
     _invalid,
@@ -52,7 +52,13 @@ def _d(obj: dict[str, Any], key: str) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- defaulting
 
+# a DaemonSet's template generation, which apps/v1 carries as this annotation: 1 on create, one
+# more per template change (rules.set_generation keeps it on update); daemon pods are labelled with it
+TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
+
+
 def default_daemonset(obj: dict[str, Any]) -> None:
+    _d(_d(obj, "metadata"), "annotations").setdefault(TEMPLATE_GENERATION, "1")
     spec = _d(obj, "spec")
     strategy = _d(spec, "updateStrategy")
     strategy.setdefault("type", "RollingUpdate")
@@ -107,7 +113,7 @@ def default_cronjob(obj: dict[str, Any]) -> None:
     spec.setdefault("failedJobsHistoryLimit", 1)
     tmpl = spec.get("jobTemplate")
     if isinstance(tmpl, dict):  # the Job's own defaults come when the Job is made, not here
-        _d(tmpl, "metadata")
+        template_metadata(tmpl)
         default_template(_d(tmpl, "spec"))
 
 

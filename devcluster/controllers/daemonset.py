@@ -31,6 +31,7 @@ from devcluster.controllers.podops import create_pod, delete_pod
 from devcluster.controllers.replicaset import available_after, is_ready
 from devcluster.controllers.rollout import IntOrPercentError, resolve_int_or_percent
 from devcluster.errors import ApiError
+from devcluster.workloads import TEMPLATE_GENERATION
 
 log = logging.getLogger("devcluster.daemonset")
 
@@ -72,13 +73,18 @@ def pin_to_node(pod_spec: dict[str, Any], node: str) -> None:
         {"key": "metadata.name", "operator": "In", "values": [node]}]}]}
 
 
+def template_generation(ds: dict[str, Any]) -> str:
+    """The DaemonSet's template generation (its annotation; 1 for one stored before it had one)."""
+    return str((ds["metadata"].get("annotations") or {}).get(TEMPLATE_GENERATION) or 1)
+
+
 def build_pod(ds: dict[str, Any], node: str, *, pod_hash: str) -> dict[str, Any]:
     """The daemon pod of `ds` for `node`."""
     tmpl = copy.deepcopy(ds["spec"].get("template") or {})
     tmeta = tmpl.get("metadata") or {}
     labels = dict(tmeta.get("labels") or {})
     labels[HASH_LABEL] = pod_hash
-    labels[GENERATION_LABEL] = str(ds["metadata"].get("generation", 1))
+    labels[GENERATION_LABEL] = template_generation(ds)
     meta: dict[str, Any] = {"generateName": ds["metadata"]["name"] + "-", "namespace": ds["metadata"]["namespace"],
                             "labels": labels, "ownerReferences": [controller_ref(ds)]}
     if tmeta.get("annotations"):

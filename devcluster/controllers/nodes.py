@@ -48,11 +48,13 @@ def build_node(name: str, index: int) -> dict[str, Any]:
         "metadata": {"name": name, "labels": labels},
         "spec": {"podCIDR": f"10.244.{index}.0/24"},
         "status": {
-            "conditions": [{
-                "type": "Ready", "status": "True", "reason": "KubeletReady",
-                "message": "kubelet is posting ready status",
-                "lastHeartbeatTime": now, "lastTransitionTime": now,
-            }],
+            "conditions": [
+                {"type": "Ready", "status": "True", "reason": "KubeletReady",
+                 "message": "kubelet is posting ready status",
+                 "lastHeartbeatTime": now, "lastTransitionTime": now},
+                *({"type": kind, "status": "False", "reason": reason, "message": message,
+                   "lastHeartbeatTime": now, "lastTransitionTime": now} for kind, reason, message in _PRESSURES),
+            ],
             "addresses": [
                 {"type": "InternalIP", "address": node_ip(index)},
                 {"type": "Hostname", "address": name},
@@ -90,6 +92,14 @@ def build_lease(node: dict[str, Any], *, duration: int) -> dict[str, Any]:
         },
         "spec": {"holderIdentity": name, "leaseDurationSeconds": duration, "renewTime": now_micro()},
     }
+
+
+# the conditions a kubelet reports besides Ready, none of them true here
+_PRESSURES = (
+    ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+    ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+    ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+)
 
 
 def node_is_ready(node: dict[str, Any]) -> bool:

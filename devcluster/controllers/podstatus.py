@@ -141,6 +141,8 @@ def _conditions(status: dict[str, Any], containers: list[dict[str, Any]], *, pha
     set_condition(conds, "PodScheduled", "True")
     order = ["PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"]
     conds.sort(key=lambda c: order.index(c["type"]) if c["type"] in order else len(order))
+    for c in conds:  # a pod condition's zero probe time is written as null
+        c.setdefault("lastProbeTime", None)
 
 
 def requested_phase(pod: dict[str, Any]) -> str | None:

@@ -54,7 +54,7 @@ async def test_start_at_exact_rv_replays_history(apiserver: ApiServer, http: Htt
     store, rt = apiserver.store, pods_rt(apiserver)
     start = store.rv
     store.create(rt, "default", pod("a"))
-    store.mutate(rt, "default", "a", lambda o: o["metadata"]["labels"].update(x="1"))
+    store.mutate(rt, "default", "a", lambda o: o["metadata"].setdefault("labels", {}).update(x="1"))
     store.delete(rt, "default", "a")
     async with http.session.get(PODS + f"?watch=1&resourceVersion={start}") as resp:
         events = await read(resp, 3)
@@ -67,11 +67,11 @@ async def test_selector_transitions(apiserver: ApiServer, http: Http) -> None:
     store, rt = apiserver.store, pods_rt(apiserver)
     store.create(rt, "default", pod("p", {"app": "x"}))
     async with http.session.get(PODS + f"?watch=true&labelSelector=app%3Dy&resourceVersion={store.rv}") as resp:
-        store.mutate(rt, "default", "p", lambda o: o["metadata"]["labels"].update(app="y"))   # enters
-        store.mutate(rt, "default", "p", lambda o: o["metadata"]["labels"].update(more="1"))  # stays
-        store.mutate(rt, "default", "p", lambda o: o["metadata"]["labels"].update(app="z"))   # leaves
-        store.mutate(rt, "default", "p", lambda o: o["metadata"]["labels"].update(app="w"))   # outside
-        store.mutate(rt, "default", "p", lambda o: o["metadata"]["labels"].update(app="y"))   # enters again
+        store.mutate(rt, "default", "p", lambda o: o["metadata"].setdefault("labels", {}).update(app="y"))   # enters
+        store.mutate(rt, "default", "p", lambda o: o["metadata"].setdefault("labels", {}).update(more="1"))  # stays
+        store.mutate(rt, "default", "p", lambda o: o["metadata"].setdefault("labels", {}).update(app="z"))   # leaves
+        store.mutate(rt, "default", "p", lambda o: o["metadata"].setdefault("labels", {}).update(app="w"))   # outside
+        store.mutate(rt, "default", "p", lambda o: o["metadata"].setdefault("labels", {}).update(app="y"))   # enters again
         events = await read(resp, 4)
     assert summary(events) == [("ADDED", "p"), ("MODIFIED", "p"), ("DELETED", "p"), ("ADDED", "p")]
     assert events[2]["object"]["metadata"]["labels"]["app"] == "y"  # DELETED shows the old state
@@ -83,8 +83,8 @@ async def test_field_selector_single_object_watch(apiserver: ApiServer, http: Ht
     store.create(rt, "default", pod("two"))
     async with http.session.get(PODS + "?fieldSelector=metadata.name%3Dtwo&resourceVersion=0&watch=true") as resp:
         first = await read(resp, 1)
-        store.mutate(rt, "default", "one", lambda o: o["metadata"]["labels"].update(a="1"))
-        store.mutate(rt, "default", "two", lambda o: o["metadata"]["labels"].update(a="1"))
+        store.mutate(rt, "default", "one", lambda o: o["metadata"].setdefault("labels", {}).update(a="1"))
+        store.mutate(rt, "default", "two", lambda o: o["metadata"].setdefault("labels", {}).update(a="1"))
         second = await read(resp, 1)
     assert summary(first + second) == [("ADDED", "two"), ("MODIFIED", "two")]
 

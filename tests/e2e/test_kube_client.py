@@ -25,7 +25,9 @@ NS = "default"
 
 
 def cm(name: str, data: dict | None = None, labels: dict | None = None) -> dict:
-    meta = {"name": name, "namespace": NS, "labels": labels or {}}
+    # no empty labels map: as on a real server, an applied `labels: {}` is owned (and conflicts) though
+    # never written
+    meta = {"name": name, "namespace": NS, **({"labels": labels} if labels else {})}
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data or {}}
 
 
