@@ -14,7 +14,8 @@ from devcluster.registry import SUBRESOURCE_VERBS, VERBS, Registry, ResourceType
 AGGREGATED_CONTENT_TYPE = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 
 VERSION_INFO = {
-    "major": "1", "minor": "32", "gitVersion": "v1.32.0", "gitCommit": "emulator", "gitTreeState": "clean",
+    "major": "1", "minor": "32", "emulationMajor": "1", "emulationMinor": "32", "minCompatibilityMajor": "1",
+    "minCompatibilityMinor": "31", "gitVersion": "v1.32.0", "gitCommit": "emulator", "gitTreeState": "clean",
     "buildDate": "2024-12-11T00:00:00Z", "goVersion": "go1.23.0", "compiler": "gc", "platform": "linux/amd64",
 }
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import email.utils
+import hashlib
+import time
 from dataclasses import dataclass
 
 import orjson
@@ -97,3 +100,45 @@ def error_response(err: ApiError) -> web.Response:
 def content_type(request: web.Request) -> str:
     """The request Content-Type without parameters such as charset."""
     return request.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+
+
+# what the real server sends with every answer of its own handlers (discovery and OpenAPI say otherwise)
+NO_CACHE = "no-cache, private"
+_YEAR = 365 * 24 * 3600.0
+
+
+def etag_of(body: bytes) -> str:
+    """A strong ETag as the real server makes it for discovery and OpenAPI: the body's SHA-512, quoted."""
+    return '"' + hashlib.sha512(body).hexdigest().upper() + '"'
+
+
+def cacheable_response(request: web.Request, body: bytes, *, content_type: str = JSON, cache_control: str,
+                       etag: str | None = None, last_modified: float | None = None, immutable: bool = False,
+                       vary: bool = True) -> web.Response:
+    """A discovery or OpenAPI answer with the validators the real server sends, or 304 Not Modified
+    when the request's If-None-Match / If-Modified-Since shows the client's copy is current."""
+    headers = {"Cache-Control": cache_control}
+    if vary:
+        headers["Vary"] = "Accept"
+    if etag is not None:
+        headers["ETag"] = etag
+    if last_modified is not None:
+        headers["Last-Modified"] = email.utils.formatdate(last_modified, usegmt=True)
+    if immutable:
+        headers["Expires"] = email.utils.formatdate(time.time() + _YEAR, usegmt=True)
+    if _not_modified(request, etag, last_modified):
+        return web.Response(status=304, headers=headers)
+    return web.Response(body=body, headers={**headers, "Content-Type": content_type})
+
+
+def _not_modified(request: web.Request, etag: str | None, last_modified: float | None) -> bool:
+    if etag is not None and "If-None-Match" in request.headers:
+        return etag in [t.strip() for t in request.headers["If-None-Match"].split(",")]
+    since = request.headers.get("If-Modified-Since")
+    if last_modified is None or not since:
+        return False
+    try:
+        when = email.utils.parsedate_to_datetime(since).timestamp()
+    except (TypeError, ValueError):
+        return False
+    return int(last_modified) <= when

@@ -8,6 +8,7 @@ is an ApiError rendered as a Status; nothing a client sends can crash the proces
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import time
@@ -42,9 +43,12 @@ from devcluster.errors import (
 )
 from devcluster.faults import FaultConfigError, Faults
 from devcluster.httputil import (
+    NO_CACHE,
+    cacheable_response,
     check_acceptable,
     content_type,
     error_response,
+    etag_of,
     json_response,
     parse_accept,
     parse_bool,
@@ -100,7 +104,14 @@ def make_app(store: Store, *, faults: Faults | None = None, log_source: LogSourc
     app[FAULTS_KEY] = api.faults
     app.router.add_route("*", "/{tail:.*}", api.handle)
     app.on_shutdown.append(api.close_streams)
+    app.on_response_prepare.append(_no_cache)
     return app
+
+
+async def _no_cache(_request: web.Request, response: web.StreamResponse) -> None:
+    """Every answer says it is not to be cached, as the real server's handlers do, unless it says
+    otherwise (discovery and OpenAPI)."""
+    response.headers.setdefault("Cache-Control", NO_CACHE)
 
 
 class _Api:
@@ -112,7 +123,7 @@ class _Api:
         self.faults = faults
         self.log_source = log_source
         self.health = health
-        self._cache: dict[str, tuple[int, bytes]] = {}  # discovery/OpenAPI bodies per registry generation
+        self._cache: dict[str, _Cached] = {}  # discovery/OpenAPI bodies per registry generation
         self.defs = openapi.builtin_definitions()  # the built-in kinds' schemas, for OpenAPI and field validation
         self._streams: set[Any] = set()  # open watches, ended on shutdown so handlers finish at once
         self._views: dict[tuple[str, str, str], _Api] = {}  # one per view type (views.py), sharing streams
@@ -164,7 +175,7 @@ class _Api:
             body = await _json_body(request)
             return json_response(self.access.review(path, request[access.USER_KEY], body), status=201)
         if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
-            return self._openapi(path)
+            return self._openapi(request, path)
         if path == "/openapi/v2":
             return self._openapi_v2(request)
         segs = path.strip("/").split("/")
@@ -190,18 +201,26 @@ class _Api:
     # -- discovery -----------------------------------------------------------------------------
 
     def _cached(self, key: str, build: Callable[[], Any]) -> bytes:
+        return self._cached_entry(key, build).body
+
+    def _cached_entry(self, key: str, build: Callable[[], Any]) -> _Cached:
         gen = self.store.registry.generation
         hit = self._cache.get(key)
-        if hit is None or hit[0] != gen:
-            hit = (gen, orjson.dumps(build()))
+        if hit is None or hit.generation != gen:
+            body = orjson.dumps(build())
+            if hit is not None and hit.body == body:
+                hit = _Cached(gen, body, hit.etag, hit.built)
+            else:  # Last-Modified has whole seconds: a new body is always a later one
+                hit = _Cached(gen, body, etag_of(body), max(float(int(time.time())), hit.built + 1 if hit else 0.0))
             self._cache[key] = hit
-        return hit[1]
+        return hit
 
     def _discovery(self, request: web.Request, core: bool) -> web.Response:
         reg = self.store.registry
         if wants_aggregated(parse_accept(request.headers.get("Accept"))):
-            body = self._cached(f"agg:{core}", lambda: discovery.aggregated(reg, core=core))
-            return json_response(body, content_type=discovery.AGGREGATED_CONTENT_TYPE)
+            hit = self._cached_entry(f"agg:{core}", lambda: discovery.aggregated(reg, core=core))
+            return cacheable_response(request, hit.body, content_type=discovery.AGGREGATED_CONTENT_TYPE,
+                                      cache_control="public", etag=hit.etag)
         if core:
             return json_response(discovery.legacy_versions(request.host or "127.0.0.1"))
         return json_response(self._cached("groups", lambda: discovery.legacy_groups(reg)))
@@ -226,10 +245,12 @@ class _Api:
             raise path_not_found()
         return await self._resource(request, group, segs[1], segs[2:])
 
-    def _openapi(self, path: str) -> web.Response:
+    def _openapi(self, request: web.Request, path: str) -> web.Response:
         reg = self.store.registry
         if path == "/openapi/v3":
-            return json_response(self._cached("openapi", lambda: discovery.openapi_index(reg)))
+            hit = self._cached_entry("openapi", lambda: discovery.openapi_index(reg))
+            return cacheable_response(request, hit.body, cache_control=NO_CACHE, last_modified=hit.built,
+                                      vary=False)
         rest = path[len("/openapi/v3/"):].split("/")
         if rest[0] == "api" and len(rest) == 2:
             group, version = "", rest[1]
@@ -237,10 +258,19 @@ class _Api:
             group, version = rest[1], rest[2]
         else:
             raise path_not_found()
-        doc = self._cached(f"openapi:{group}/{version}", lambda: openapi.v3_document(reg, self.defs, group, version))
-        if doc == b"null":
+        hit = self._cached_entry(f"openapi:{group}/{version}",
+                                 lambda: openapi.v3_document(reg, self.defs, group, version))
+        if hit.body == b"null":
             raise path_not_found()
-        return json_response(doc)
+        # the index links each document with its hash: a client may keep what it fetched that way, and a
+        # stale hash is sent on to the current one
+        pinned = "hash" in request.query
+        current = reg.gv_hash(group, version)
+        if pinned and request.query["hash"] != current:
+            return web.Response(status=301, headers={"Location": f"{path}?hash={current}", "ETag": hit.etag,
+                                                     "Vary": "Accept", "Content-Type": "application/json"})
+        return cacheable_response(request, hit.body, cache_control="public, immutable" if pinned else NO_CACHE,
+                                  etag=hit.etag, last_modified=hit.built, immutable=pinned)
 
     def _openapi_v2(self, request: web.Request) -> web.Response:
         """JSON only: a client asking for the protobuf form alone gets 406 and falls back."""
@@ -383,15 +413,26 @@ class _Api:
             meta["continue"] = page.continue_token
             if not (q.get("labelSelector") or q.get("fieldSelector")):
                 meta["remainingItemCount"] = page.remaining  # unknown (unset) once a selector filters
+        elif t.rt.crd:
+            meta["continue"] = ""  # a custom resource list is unstructured: nothing omits the empty string
         if wants_table(accept):
             table = tables.to_table(t.rt, page.items, resource_version=str(page.rv), now=time.time(),
                                     include_object=q.get("includeObject"))
             table["metadata"] = {**table.get("metadata", {}), **meta}
             return json_response(table)
-        encode = self.store.encode
+        encode = self.store.encode if t.rt.crd else self._list_item
         items = b",".join(encode(o, t.rt) for o in page.items)
         head = orjson.dumps({"kind": t.rt.list_kind, "apiVersion": t.rt.api_version, "metadata": meta})
         return json_response(head[:-1] + b',"items":[' + items + b"]}")
+
+    def _list_item(self, obj: dict[str, Any], rt: ResourceType) -> bytes:
+        """An item of a built-in list: without apiVersion and kind, as a typed list's items are written
+        (custom resource lists keep them). Cut from the object's cached JSON when it starts with them."""
+        data = self.store.encode(obj, rt)
+        for head in _type_meta_heads(rt):
+            if data.startswith(head):
+                return b"{" + data[len(head):]
+        return orjson.dumps({k: v for k, v in obj.items() if k not in ("apiVersion", "kind")})
 
     async def _object(self, request: web.Request, verb: str, t: Target, accept: list) -> web.StreamResponse:
         q, rt, name = request.query, t.rt, t.name
@@ -561,6 +602,23 @@ class _Api:
 
 
 # -- request parsing helpers ---------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class _Cached:
+    """A discovery or OpenAPI body built for one registry generation, with its validators."""
+
+    generation: int
+    body: bytes
+    etag: str
+    built: float  # when it was built: its Last-Modified
+
+
+@functools.lru_cache(maxsize=256)
+def _type_meta_heads(rt: ResourceType) -> tuple[bytes, bytes]:
+    """How an object's JSON starts when apiVersion and kind come first, in either order."""
+    api, kind = orjson.dumps(rt.api_version), orjson.dumps(rt.kind)
+    return (b'{"apiVersion":' + api + b',"kind":' + kind + b",", b'{"kind":' + kind + b',"apiVersion":' + api + b",")
+
 
 def _verb(method: str, t: Target, q: Any) -> str:
     if method == "GET":

@@ -288,9 +288,10 @@ _WORKLOAD_WIDE = [
 _DEPLOYMENT_COLUMNS = [
     _NAME,
     _col("Ready", "string", "Number of the pod with ready state"),
-    _col("Up-to-date", "integer", "Total number of non-terminated pods targeted by this deployment that have the "
+    # declared as strings by the real server's printer, though the cells are numbers
+    _col("Up-to-date", "string", "Total number of non-terminated pods targeted by this deployment that have the "
          "desired template spec."),
-    _col("Available", "integer", "Total number of available pods (ready for at least minReadySeconds) targeted "
+    _col("Available", "string", "Total number of available pods (ready for at least minReadySeconds) targeted "
          "by this deployment."),
     _AGE,
     *_WORKLOAD_WIDE,
@@ -522,7 +523,7 @@ _EVENT_COLUMNS = [
     _col("Source", "string", "The component reporting this event.", priority=1),
     _col("Message", "string", "A human-readable description of the status of this operation."),
     _col("First Seen", "string", "The time at which the event was first recorded.", priority=1),
-    _col("Count", "integer", "The number of times this event has occurred.", priority=1),
+    _col("Count", "string", "The number of times this event has occurred.", priority=1),
     _col("Name", "string", _NAME_DESC, priority=1, fmt="name"),
 ]
 
@@ -578,6 +579,108 @@ def _data_count(obj: dict) -> int:
     return len(_d(obj.get("data"))) + len(_d(obj.get("binaryData")))
 
 
+# --------------------------------------------------------------------------- stored-only kinds
+
+_SERVICE_ACCOUNT_COLUMNS = [_NAME, _col("Secrets", "string", "Secrets is a list of the secrets in the same "
+                                        "namespace that pods running using this ServiceAccount are allowed to use."),
+                            _AGE]
+_HPA_COLUMNS = [
+    _NAME,
+    _col("Reference", "string", "scaleTargetRef points to the target resource to scale."),
+    _col("Targets", "string", "metrics contains the specifications for which to use to calculate the desired "
+         "replica count."),
+    _col("MinPods", "string", "minReplicas is the lower limit for the number of replicas."),
+    _col("MaxPods", "string", "maxReplicas is the upper limit for the number of replicas."),
+    _col("Replicas", "string", "currentReplicas is current number of replicas of pods managed by this autoscaler."),
+    _AGE,
+]
+
+
+def _hpa_row(obj: dict, now: float) -> Cells:
+    spec, status = _d(obj.get("spec")), _d(obj.get("status"))
+    ref = _d(spec.get("scaleTargetRef"))
+    minimum = spec.get("minReplicas")
+    return [_name(obj), f"{ref.get('kind', '')}/{ref.get('name', '')}", _hpa_targets(obj),
+            "<unset>" if minimum is None else str(minimum), _int(spec.get("maxReplicas"), 0),
+            _int(status.get("currentReplicas"), 0), _age(obj, now)]
+
+
+def _hpa_targets(obj: dict) -> str:
+    """`cpu: <unknown>/60%` per Resource metric (as an autoscaling/v2 object holds them), the first two."""
+    spec, status = _d(obj.get("spec")), _d(obj.get("status"))
+    current = {_d(m.get("resource")).get("name"): _d(_d(m.get("resource")).get("current"))
+               for m in _l(status.get("currentMetrics")) if isinstance(m, dict) and m.get("type") == "Resource"}
+    shown = []
+    if spec.get("targetCPUUtilizationPercentage") is not None:  # the autoscaling/v1 view
+        seen = status.get("currentCPUUtilizationPercentage")
+        shown.append(f"cpu: {'<unknown>' if seen is None else f'{seen}%'}/{spec['targetCPUUtilizationPercentage']}%")
+    for metric in _l(spec.get("metrics")):
+        res = _d(_d(metric).get("resource"))
+        target, now_at = _d(res.get("target")), current.get(res.get("name"), {})
+        if _d(metric).get("type") != "Resource":
+            shown.append("<unknown>/<unknown>")
+        elif target.get("averageUtilization") is not None:
+            seen = now_at.get("averageUtilization")
+            shown.append(f"{res.get('name')}: {'<unknown>' if seen is None else f'{seen}%'}/{target['averageUtilization']}%")
+        else:
+            goal = target.get("averageValue") or target.get("value") or "<unknown>"
+            shown.append(f"{res.get('name')}: {now_at.get('averageValue') or '<unknown>'}/{goal}")
+    if not shown:
+        return "<none>"
+    more = f" + {len(shown) - 2} more..." if len(shown) > 2 else ""
+    return ", ".join(shown[:2]) + more
+
+
+_PDB_COLUMNS = [_NAME, _col("Min Available", "string", "The minimum number of pods that must be available."),
+                _col("Max Unavailable", "string", "The maximum number of pods that may be unavailable."),
+                _col("Allowed Disruptions", "integer", "Number of pod disruptions that are currently allowed."),
+                _AGE]
+
+
+def _pdb_row(obj: dict, now: float) -> Cells:
+    spec = _d(obj.get("spec"))
+    return [_name(obj), str(spec.get("minAvailable", "N/A")), str(spec.get("maxUnavailable", "N/A")),
+            _int(_d(obj.get("status")).get("disruptionsAllowed"), 0), _age(obj, now)]
+
+
+_PRIORITY_CLASS_COLUMNS = [_NAME, _col("Value", "integer", "The value of this priority class."),
+                           _col("Global-Default", "boolean", "Whether this is the default priority class."),
+                           _AGE, _col("PreemptionPolicy", "string", "The policy for preempting pods.")]
+
+
+def _priority_class_row(obj: dict, now: float) -> Cells:
+    return [_name(obj), _int(obj.get("value"), 0), bool(obj.get("globalDefault")), _age(obj, now),
+            obj.get("preemptionPolicy") or "<unset>"]
+
+
+_QUOTA_COLUMNS = [_NAME, _col("Request", "string", "Request represents a minimum amount of cpu/memory."),
+                  _col("Limit", "string", "Limits control the maximum amount of cpu/memory."), _AGE]
+
+
+def _quota_row(obj: dict, now: float) -> Cells:
+    hard, used = _d(_d(obj.get("spec")).get("hard")), _d(_d(obj.get("status")).get("used"))
+    requests, limits = [], []
+    for name in sorted(hard):
+        entry = f"{name}: {used.get(name, '0')}/{hard[name]}"
+        (limits if name.startswith("limits.") else requests).append(entry)
+    return [_name(obj), ", ".join(requests), ", ".join(limits), _age(obj, now)]
+
+
+_INGRESS_COLUMNS = [_NAME, _col("Class", "string", "The name of the IngressClass resource."),
+                    _col("Hosts", "string", "Hosts that incoming requests are matched against."),
+                    _col("Address", "string", "Address is a list containing ingress points for the load-balancer."),
+                    _col("Ports", "string", "Ports of TLS configurations that open."), _AGE]
+
+
+def _ingress_row(obj: dict, now: float) -> Cells:
+    spec = _d(obj.get("spec"))
+    hosts = [r.get("host") for r in _l(spec.get("rules")) if isinstance(r, dict) and r.get("host")]
+    points = _l(_d(_d(_d(obj.get("status")).get("loadBalancer"))).get("ingress"))
+    address = ",".join(p.get("ip") or p.get("hostname") or "" for p in points if isinstance(p, dict))
+    return [_name(obj), spec.get("ingressClassName") or "<none>", ",".join(hosts) or "*", address,
+            "80, 443" if spec.get("tls") else "80", _age(obj, now)]
+
+
 _PRINTERS: dict[tuple[str, str], tuple[list[dict], RowFn]] = {
     ("", "pods"): (_POD_COLUMNS, _pod_row),
     ("apps", "deployments"): (_DEPLOYMENT_COLUMNS, _deployment_row),
@@ -593,6 +696,13 @@ _PRINTERS: dict[tuple[str, str], tuple[list[dict], RowFn]] = {
     ("", "configmaps"): (_CONFIGMAP_COLUMNS, lambda o, now: [_name(o), _data_count(o), _age(o, now)]),
     ("", "secrets"): (_SECRET_COLUMNS,
                       lambda o, now: [_name(o), o.get("type", ""), _data_count(o), _age(o, now)]),
+    ("", "serviceaccounts"): (_SERVICE_ACCOUNT_COLUMNS,
+                              lambda o, now: [_name(o), len(_l(o.get("secrets"))), _age(o, now)]),
+    ("autoscaling", "horizontalpodautoscalers"): (_HPA_COLUMNS, _hpa_row),
+    ("policy", "poddisruptionbudgets"): (_PDB_COLUMNS, _pdb_row),
+    ("scheduling.k8s.io", "priorityclasses"): (_PRIORITY_CLASS_COLUMNS, _priority_class_row),
+    ("", "resourcequotas"): (_QUOTA_COLUMNS, _quota_row),
+    ("networking.k8s.io", "ingresses"): (_INGRESS_COLUMNS, _ingress_row),
     ("coordination.k8s.io", "leases"): (
         _LEASE_COLUMNS, lambda o, now: [_name(o), _d(o.get("spec")).get("holderIdentity", ""), _age(o, now)]),
     ("apiextensions.k8s.io", "customresourcedefinitions"): (
