@@ -34,7 +34,7 @@ from proto.message import (
     snapshot_begin,
     snapshot_end,
 )
-from proto.native import decode_native, encode_native
+from proto.native import decode_native, encode_native, pack_body
 from proto.upstream import BARE_HEADER, decode_upstream, encode_upstream
 
 __all__ = [
@@ -73,6 +73,7 @@ __all__ = [
     "encode_upstream",
     "hello",
     "negotiate",
+    "pack_body",
     "snapshot_begin",
     "snapshot_end",
     "upstream_kind",

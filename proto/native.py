@@ -4,12 +4,17 @@ Layout: `{"op": str, "seq": int, "kind": str, "namespace": str, "name": str, "bo
 `op` and `seq` are always present, the other keys only when non-empty. Bodies are maps
 of JSON-like values (no bytes, no extension types), so whatever crosses the wire can be
 written to the Kubernetes API or SQLite as JSON without a second check.
+
+A body sent in many frames (one object version to many nodes, each frame with its own
+`seq`) can be encoded once with `pack_body` and given to `encode_native`: msgpack is a
+concatenation format, so the frame is its head followed by those bytes, the same bytes
+`encode_native` would have built from the body.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgpack
@@ -19,24 +24,47 @@ from proto.limits import MAX_CONTAINERS, MAX_FRAME_BYTES, MAX_ITEMS, check_json_
 from proto.message import Message, Op, parse_op
 
 _FIELDS = frozenset({"op", "seq", "kind", "namespace", "name", "body"})
+_BODY_KEY = msgpack.packb("body")
 
 
-def encode_native(msg: Message, *, max_bytes: int = MAX_FRAME_BYTES) -> bytes:
-    """The binary frame for `msg`; EncodeError or FrameTooLarge when it cannot be sent."""
+def encode_native(msg: Message, *, max_bytes: int = MAX_FRAME_BYTES, packed_body: bytes | None = None) -> bytes:
+    """The binary frame for `msg`; EncodeError or FrameTooLarge when it cannot be sent.
+
+    `packed_body`: `pack_body(msg.body)`, made once for every frame carrying that body."""
     frame: dict[str, Any] = {"op": str(msg.op), "seq": msg.seq}
     for field in ("kind", "namespace", "name"):
         value = getattr(msg, field)
         if value:
             frame[field] = value
-    if msg.body is not None:
-        frame["body"] = msg.body if isinstance(msg.body, dict) else dict(msg.body)
-    try:
-        data = msgpack.packb(frame, use_bin_type=True)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise EncodeError(f"cannot encode {msg.op} {msg.kind} {msg.namespace}/{msg.name}: {exc}") from exc
+    if packed_body is not None:
+        data = _with_body(msgpack.packb(frame, use_bin_type=True), packed_body)
+    else:
+        if msg.body is not None:
+            frame["body"] = msg.body if isinstance(msg.body, dict) else dict(msg.body)
+        data = _pack(frame, f"{msg.op} {msg.kind} {msg.namespace}/{msg.name}")
     if len(data) > max_bytes:
         raise FrameTooLarge(len(data), max_bytes)
     return data
+
+
+def pack_body(body: Mapping[str, Any], *, what: str = "the body") -> bytes:
+    """A frame's body encoded on its own, for `encode_native(..., packed_body=...)`; EncodeError
+    (naming `what`) when it cannot be encoded."""
+    return _pack(body if isinstance(body, dict) else dict(body), what)
+
+
+def _pack(value: dict[str, Any], what: str) -> bytes:
+    try:
+        return msgpack.packb(value, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise EncodeError(f"cannot encode {what}: {exc}") from exc
+
+
+def _with_body(head: bytes, body: bytes) -> bytes:
+    """The frame whose other fields `head` holds (a map of at most 5 entries: a fixmap, its
+    count in the first byte), with `body` as one more entry."""
+    assert head[0] & 0xF0 == 0x80 and head[0] & 0x0F < 15, "a frame head is a fixmap of <= 5 entries"
+    return b"".join((bytes((head[0] + 1,)), memoryview(head)[1:], _BODY_KEY, body))
 
 
 def decode_native(data: bytes | bytearray | memoryview | str, *, max_bytes: int = MAX_FRAME_BYTES) -> Message:

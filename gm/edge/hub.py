@@ -15,7 +15,9 @@ Why it looks the way it does (each point fixes an upstream weakness, see the GM 
   also caps how long a write can stay blocked on a peer that stopped reading.
 - A session costs little, since a GM holds tens of thousands: its reader is the task aiohttp
   runs the handler in, a writer task exists only while frames are queued, and it holds no
-  queue or event objects (a deque alone is 760 bytes). The hub does not offer
+  queue or event objects (a deque alone is 760 bytes). What an object version encodes to is
+  built once and shared by every session it goes to (gm/edge/encoded.py), so a snapshot storm
+  or a reconnect encodes each version once, not once per node. The hub does not offer
   permessage-deflate by default: no LC asks for it (ours does not, nor upstream's), and each
   session that negotiated it would keep zlib contexts of ~100 KB.
 - Upstream reports are authorized (the object must be assigned to the reporting node) and
@@ -54,6 +56,8 @@ from urllib.parse import urlsplit
 from aiohttp import WSMsgType, hdrs, web
 
 from gm.edge.auth import AuthError, NodeAuth
+from gm.edge.encoded import DEFAULT_MAX_BYTES as DEFAULT_ENCODED_BYTES
+from gm.edge.encoded import EncodedVersions
 from gm.edge.heartbeat import HeartbeatWheel
 from gm.edge.reports import ReportDeferred, ReportRefused
 from gm.http_errors import refusal
@@ -102,7 +106,10 @@ MAX_AWAITING = 64  # such reports of one node at once (an LC's window); more are
 
 
 class ObjectSource(Protocol):
-    """What the GM tells the hub about which objects each node needs."""
+    """What the GM tells the hub about which objects each node needs.
+
+    An object version is one mapping, never mutated, handed out (here and to `notify_changed`)
+    for as long as that version lasts: the hub shares its encodings by that identity."""
 
     def objects_for_node(self, node: str) -> Iterable[tuple[str, str, str, Mapping[str, Any]]]:
         """Every (kind, namespace, name, object) the node needs right now."""
@@ -268,6 +275,7 @@ class Hub:
         max_frame_bytes: int = MAX_FRAME_BYTES,
         compress: bool = False,
         max_sessions: int | None = None,
+        encoded_bytes: int = DEFAULT_ENCODED_BYTES,
     ) -> None:
         if not 0 < ping_interval < dead_after:
             raise ValueError(f"need 0 < ping_interval ({ping_interval}) < dead_after ({dead_after})")
@@ -286,6 +294,8 @@ class Hub:
         self._finishing: set[asyncio.Task[None]] = set()  # reports waiting for their write
         self._close_timeout = close_timeout
         self._max_frame_bytes = max_frame_bytes
+        # each object version's encoding, shared by every session it is sent to
+        self.encoded = EncodedVersions(max_bytes=encoded_bytes, max_frame_bytes=max_frame_bytes)
         self._compress = compress
         self._sessions: dict[str, _Session] = {}
         # sessions this process can hold (its descriptor budget); None = no limit
@@ -315,9 +325,12 @@ class Hub:
     ) -> None:
         """Queue the latest version (None: deleted or no longer assigned) for each connected node.
 
-        The hub keeps a reference to `obj` until it is sent: the caller must not mutate it.
+        The hub keeps a reference to `obj` until it is sent, and its encodings while it is the
+        latest version (gm/edge/encoded.py): the caller must not mutate it, and gives a new
+        mapping for each new version.
         """
         key = (kind, namespace, name)
+        self.encoded.forget(key, unless=obj)  # an older version's encodings are no use now
         for node in nodes:
             session = self._sessions.get(node)
             if session is not None:
@@ -844,10 +857,14 @@ class Hub:
         op = Op.DELETE if obj is None else Op.UPSERT
         try:
             msg = Message(op, session.next_seq(), kind, namespace, name, obj)
-            if session.native:
-                data: str | bytes = encode_native(msg, max_bytes=self._max_frame_bytes)
+            data: str | bytes
+            if obj is None:
+                data = (encode_native if session.native else encode_upstream)(msg, max_bytes=self._max_frame_bytes)
+            elif session.native:
+                data = encode_native(msg, max_bytes=self._max_frame_bytes,
+                                     packed_body=self.encoded.native_body(key, obj))
             else:
-                data = encode_upstream(msg, max_bytes=self._max_frame_bytes)
+                data = self.encoded.upstream_frame(key, msg)
         except ProtocolError as exc:
             self.stats.skipped_out += 1
             event(log, "hub cannot send", level=logging.ERROR, node=session.node, kind=kind,
