@@ -139,10 +139,10 @@ class ReplicatedStack(Stack):
         await self.proxy.start()
 
     async def stop(self) -> None:
-        # the GMs first: a hundred LCs stopping at once starve them of CPU long enough to miss a
-        # lease renewal, and a GM that loses the Lease exits with a failure
-        await asyncio.gather(*(r.proc.stop() for r in self.replicas))
+        # the Service, then the GMs, then the LCs: a hundred LCs stopping at once starve a GM of
+        # CPU long enough to miss a lease renewal, and a GM that loses the Lease exits failing
         await self.proxy.stop()
+        await asyncio.gather(*(r.proc.stop() for r in self.replicas))
         await asyncio.gather(*(lc.proc.stop() for lc in self.lcs.values()))
         await super().stop()  # the dev cluster, the session and the folder
 

@@ -66,6 +66,7 @@ class RoundRobinProxy:
         self._next = 0
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task] = set()
+        self._stopping = False
 
     async def start(self) -> int:
         """Listen; the port (the one asked for, or the one the kernel picked)."""
@@ -75,6 +76,7 @@ class RoundRobinProxy:
 
     async def stop(self) -> None:
         """Stop listening and cut every relayed connection."""
+        self._stopping = True
         if self._server is not None:
             self._server.close()
         for task in list(self._handlers):
@@ -99,21 +101,28 @@ class RoundRobinProxy:
         assert task is not None
         self._handlers.add(task)
         try:
-            picked = await self._connect()
-            if picked is None:
-                self.unserved += 1
-                return
-            index, (up_reader, up_writer) = picked
-            conn = Relayed(index, time.perf_counter())
-            self.relayed.append(conn)
-            try:
-                await self._relay(reader, writer, up_reader, up_writer, conn)
-            finally:
-                conn.closed = time.perf_counter()
-                _abort(up_writer)
+            await self._serve(reader, writer)
+        except asyncio.CancelledError:
+            if not self._stopping:
+                raise
+            # cut by stop(): asyncio's stream protocol would log a cancelled handler as an error
         finally:
             _abort(writer)
             self._handlers.discard(task)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        picked = await self._connect()
+        if picked is None:
+            self.unserved += 1
+            return
+        index, (up_reader, up_writer) = picked
+        conn = Relayed(index, time.perf_counter())
+        self.relayed.append(conn)
+        try:
+            await self._relay(reader, writer, up_reader, up_writer, conn)
+        finally:
+            conn.closed = time.perf_counter()
+            _abort(up_writer)
 
     async def _connect(self) -> tuple[int, tuple[asyncio.StreamReader, asyncio.StreamWriter]] | None:
         """The next backend in turn that accepts a connection; None when none does."""
