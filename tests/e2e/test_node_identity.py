@@ -21,6 +21,7 @@ from devcluster.servingcert import ServingCert as ServerCert
 from gm.app import GlobalManager
 from gm.config import ConfigError
 from gm.controllers.common import DATASETS
+from gm.edge.hub import PLACEMENT_GRACE
 from gm.kube.errors import AlreadyExists
 from gm.kube.resources import GVR, PODS, SECRETS
 from lc.app import LocalController
@@ -242,8 +243,11 @@ async def test_lc_worker_api_over_https(start_gm, start_lc, server_cert: ServerC
         with pytest.raises(aiohttp.ClientError):
             async with http.get(f"http://127.0.0.1:{lc.port}/healthz") as resp:
                 await resp.read()
-    assert gm.hub is not None  # the report was stored and relayed (the GM has no such job: refused)
-    await eventually(lambda: gm.hub.stats.refused == 1, within=10.0, message="the report reached the GM")
+    # the report was stored and relayed; the GM has no such job, so it refuses it once its
+    # placement grace (the wait for a CR its caches may not hold yet) is over
+    assert gm.hub is not None
+    await eventually(lambda: gm.hub.stats.refused == 1, within=PLACEMENT_GRACE + 10.0,
+                     message="the report reached the GM")
 
 
 async def test_unreadable_token_secret_answers_503(start_gm) -> None:
