@@ -519,7 +519,7 @@ if __name__ == "__main__":
     p.add_argument("--kill", default="leader,follower", help="which replica to kill, one run each")
     p.add_argument("--seconds", type=float, default=40.0, help="load duration")
     p.add_argument("--kill-at", type=float, default=10.0, help="seconds into the load")
-    p.add_argument("--rate", type=float, default=2.0, help="reports/s of each LC's worker")
+    p.add_argument("--rate", type=float, default=1.0, help="reports/s of each LC's worker")
     p.add_argument("--wait", type=float, default=90.0, help="longest wait for anything to settle")
     p.add_argument("--lease", default="15,10,2", help="lease duration, renew deadline, retry period (s)")
     p.add_argument("--keep-logs", action="store_true")
