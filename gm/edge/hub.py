@@ -99,6 +99,8 @@ _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-
 _MAX_REASON_BYTES = 123  # RFC 6455: a close frame's reason fits in 123 bytes
 WEBSOCKET_VERSION = "13"  # RFC 6455's, the only one the hub speaks
 MAX_REFUSALS = 100  # refused reports a session may send within REFUSAL_WINDOW seconds
+HELLO_TIMEOUT = 10.0  # the LC's own (lc/link/dialer.py): by then it has given up and gone
+MAX_HANDSHAKES = 256  # upgrades between their answer and the session's registration, at once
 REFUSAL_WINDOW = 10.0
 PLACEMENT_GRACE = 10.0  # how long the GM lets a report wait for its object to reach its caches
 PLACEMENT_POLL = 0.05
@@ -157,6 +159,7 @@ class HubStats:
     skipped_out: int = 0
     handshakes_abandoned: int = 0  # the client went away before its upgrade was answered
     handshakes_over_capacity: int = 0  # refused with 503: the GM holds `max_sessions` already
+    handshakes_busy: int = 0  # refused with 503: `max_handshakes` upgrades were in progress
     placement_waits: int = 0  # reports that waited for the caches to hold their object
 
 
@@ -267,7 +270,7 @@ class Hub:
         auth: NodeAuth | None = None,
         ping_interval: float = 10.0,
         dead_after: float = 30.0,
-        hello_timeout: float | None = None,
+        hello_timeout: float = HELLO_TIMEOUT,
         close_timeout: float = 5.0,
         max_refusals: int = MAX_REFUSALS,
         refusal_window: float = REFUSAL_WINDOW,
@@ -275,6 +278,7 @@ class Hub:
         max_frame_bytes: int = MAX_FRAME_BYTES,
         compress: bool = False,
         max_sessions: int | None = None,
+        max_handshakes: int = MAX_HANDSHAKES,
         encoded_bytes: int = DEFAULT_ENCODED_BYTES,
     ) -> None:
         if not 0 < ping_interval < dead_after:
@@ -286,7 +290,7 @@ class Hub:
         # Proves each connection's Node-Name before it can replace that node's session.
         self._auth = auth if auth is not None else NodeAuth.shared(token)
         self._dead_after = dead_after
-        self._hello_timeout = hello_timeout if hello_timeout is not None else dead_after
+        self._hello_timeout = hello_timeout
         self._max_refusals = max_refusals
         self._refusal_window = refusal_window
         self._placement_grace = placement_grace  # 0: a report for an object not placed is refused at once
@@ -301,6 +305,7 @@ class Hub:
         # sessions this process can hold (its descriptor budget); None = no limit
         self.max_sessions = max_sessions
         self._upgrading = 0  # connections between admission and registration
+        self.max_handshakes = max_handshakes
         self._serving = 0  # connections past their upgrade, until their handler returns
         self._drained: asyncio.Future[None] | None = None  # close() waits on it for `_serving` to reach 0
         self._wheel: HeartbeatWheel[_Session] = HeartbeatWheel(
@@ -374,6 +379,7 @@ class Hub:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """aiohttp handler: check the upgrade request, then run the session to its end."""
+        self._check_busy()
         node = await self._admit(request)
         ws = web.WebSocketResponse(
             protocols=(SUBPROTOCOL,),
@@ -408,6 +414,17 @@ class Hub:
             if not self._serving and self._drained is not None and not self._drained.done():
                 self._drained.set_result(None)
         return ws
+
+    def _check_busy(self) -> None:
+        """503 with Retry-After while `max_handshakes` upgrades are in progress, before any other
+        work: when a whole fleet dials at once (a GM restart, a network cut), handshakes taken on
+        all at once all progress slowly, past the LC's timeouts, and each one timed out is work
+        lost and a redial more; a quick 503 costs less and the LC backs off."""
+        if self._upgrading < self.max_handshakes:
+            return
+        self.stats.handshakes_busy += 1
+        raise refusal(web.HTTPServiceUnavailable, f"this GM is opening {self._upgrading} LC sessions at once; "
+                                                  "retry later", **{"Retry-After": "1"})
 
     def _check_capacity(self, node: str) -> None:
         """503 with Retry-After once `max_sessions` are held or being opened, so the LC backs

@@ -18,10 +18,11 @@ from aiohttp import WSMsgType, web
 
 import proto
 from gm.edge.auth import NodeAuth, NodeTokens, NodeTokenTable, TokenReviewAuth
-from gm.edge.hub import Hub
+from gm.edge.hub import HELLO_TIMEOUT, Hub
 from gm.edge.reports import ReportDeferred, ReportInvalid
 from gm.kube.errors import Unavailable
 from gm.kube.tokenreview import NODE_NAME_EXTRA, TokenReviewResult
+from lc.link.dialer import LinkSettings
 from proto import SUBPROTOCOL, Message, Op, decode_native, encode_native
 from tests.conftest import eventually
 from tests.hubfakes import MemSource
@@ -881,3 +882,26 @@ async def test_upstream_sessions_share_a_versions_frame(make_hub: HubFactory, ht
     second = await connect_upstream(http, url, OTHER)  # replaces the first: the same frame again
     assert (await recv_text(second))["content"] == source.by_node[OTHER][("Dataset", "default", "o1")]
     assert (hub.encoded.stats.built, hub.encoded.stats.shared) == (1, 1)
+
+
+async def test_upgrades_beyond_those_in_progress_get_503_at_once(make_hub: HubFactory,
+                                                                  http: aiohttp.ClientSession) -> None:
+    """A fleet dialling at once: past `max_handshakes` upgrades waiting for their hello, a dial
+    is answered 503 before any other work, and served again once they are through."""
+    hub, url = await make_hub(max_handshakes=2)
+    waiting = [await http.ws_connect(url, headers={"Node-Name": node}, protocols=(SUBPROTOCOL,))
+               for node in (NODE, OTHER)]  # upgraded, no hello yet
+    with pytest.raises(aiohttp.WSServerHandshakeError) as err:
+        await http.ws_connect(url, headers={"Node-Name": "edge-3"}, protocols=(SUBPROTOCOL,))
+    assert (err.value.status, err.value.headers.get("Retry-After")) == (503, "1")
+    assert hub.stats.handshakes_busy == 1 and hub.stats.handshakes_rejected == 0
+    await waiting[0].send_bytes(encode_native(proto.hello(NODE)))
+    assert await recv(waiting[0]) == proto.hello(NODE, versions=(1,))
+    third = await connect(http, url, "edge-3")
+    assert len(await read_snapshot(third)) == 0
+    assert hub.connected_nodes() == [NODE, "edge-3"]
+
+
+def test_a_hello_is_awaited_as_long_as_the_lc_waits_for_its_answer() -> None:
+    """Longer would hold a handshake slot for an LC that has given up and gone."""
+    assert HELLO_TIMEOUT == LinkSettings(url="ws://gm:9000/", node=NODE).hello_timeout
