@@ -22,14 +22,9 @@ one tick after it is due.
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 from collections.abc import Awaitable, Callable
 from typing import Generic, Protocol, TypeVar
-
-from shared.logs import event
-
-log = logging.getLogger("sedna.gm.edge.hub")
 
 TICKS_PER_INTERVAL = 10  # tick = ping_interval / 10
 
@@ -122,8 +117,3 @@ class HeartbeatWheel(Generic[S]):
         session.beat_slot = slot
         self.slots[slot].add(session)
 
-
-def log_crash(task: asyncio.Task[None]) -> None:
-    """Done callback of the wheel's task: a crash is logged (the hub starts it again)."""
-    if not task.cancelled() and task.exception() is not None:
-        event(log, "hub heartbeat crashed", level=logging.ERROR, exc_info=task.exception())
