@@ -28,6 +28,7 @@ from typing import Any
 from lc.app import LinkFactory, LocalController
 from lc.config import LCConfig, load
 from lc.errors import ConfigError, StoreError
+from lc.link.dialer import link_factory
 from shared import logs
 
 log = logging.getLogger("lc")
@@ -43,22 +44,13 @@ def _version() -> str:
         return "unknown"
 
 
-def _link_factory() -> LinkFactory | None:
-    """The GM link from lc/link/dialer.py when that module is present."""
-    try:
-        from lc.link import dialer as link  # optional until the link lands
-    except ImportError:
-        return None
-    return getattr(link, "link_factory", None)
-
-
 async def serve(config: LCConfig) -> None:
     """Run the LC until a stop signal, then shut it down in order."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    factory = _link_factory() if config.gm_address else None
+    factory: LinkFactory | None = link_factory if config.gm_address else None
     lc = LocalController(config, link_factory=factory)
     await lc.start()
     try:
