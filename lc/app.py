@@ -42,7 +42,7 @@ from lc.managers.federatedlearning import FederatedLearningManager
 from lc.managers.forward import ReportForwarder
 from lc.managers.incrementallearning import IncrementalLearning
 from lc.managers.jointinference import JointInferenceManager
-from lc.managers.learning import LearningManager
+from lc.managers.learning.manager import LearningManager
 from lc.managers.lifelonglearning import LifelongLearning
 from lc.managers.model import ModelManager
 from lc.metrics import LCMetrics

@@ -54,5 +54,9 @@ class PathEscapeError(DatasetError):
     """A host path would resolve outside the root filesystem mount."""
 
 
+class LearningError(LCError):
+    """A learning job cannot take its next step: bad trigger or spec, missing model, I/O."""
+
+
 class ResourceError(LCError):
     """A downstream object the LC cannot take: unknown kind, or no namespace/name."""

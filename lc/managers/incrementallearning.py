@@ -1,6 +1,6 @@
 """Incremental learning: the LC decides when each stage of a job's cycle may start.
 
-On top of the shared loop (lc/managers/learning.py) an IncrementalLearningJob's stages
+On top of the shared loop (lc/managers/learning/) an IncrementalLearningJob's stages
 use the Model objects the GM sends with the job (upstream-lc.md sections 4.5.4-4.5.7):
 - Train: round 1 starts from `spec.initialModel`; a later round from the newest trained
   model of the initial model's format (and device), or the initial model if there is none
@@ -34,23 +34,13 @@ import shutil
 from typing import Any
 
 from lc import files
+from lc.errors import LearningError
 from lc.files import FileRefused
-from lc.managers.learning import (
-    SILENT,
-    Body,
-    LearningError,
-    LearningKind,
-    Tick,
-    annotation_of,
-    deploy_stats,
-    matching_model,
-    model_of,
-    parse_trigger,
-    reported_models,
-    spec_field,
-    stage_body,
-    stage_failed,
-)
+from lc.managers.learning.kind import LearningKind, Tick
+from lc.managers.learning.models import matching_model, model_of
+from lc.managers.learning.spec import annotation_of, spec_field
+from lc.managers.learning.stages import SILENT, Body, reported_models, stage_body, stage_failed
+from lc.managers.learning.triggers import deploy_stats, parse_trigger
 from lc.managers.model import ModelInfo, ModelManager
 from lc.rootfs import host_to_local
 

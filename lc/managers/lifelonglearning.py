@@ -1,6 +1,6 @@
 """Lifelong learning: the LC decides when each stage of a job's cycle may start.
 
-The shared loop (lc/managers/learning.py) with LL's differences (upstream-lc.md section
+The shared loop (lc/managers/learning/) with LL's differences (upstream-lc.md section
 4.6): no Model objects; a train round's input has no models (the worker starts from the
 knowledge base); eval evaluates every model the newest completed training reported, with
 an `outputDir` of its own; deploy copies the first model the eval reported to the job's
@@ -13,16 +13,10 @@ Train/Waiting. The copy takes only a regular file within LC_MODEL_MAX_BYTES (lc/
 
 from __future__ import annotations
 
-from lc.managers.learning import (
-    Body,
-    LearningError,
-    LearningKind,
-    Tick,
-    reported_models,
-    stage_body,
-    stage_failed,
-    upstream_model,
-)
+from lc.errors import LearningError
+from lc.managers.learning.kind import LearningKind, Tick
+from lc.managers.learning.models import upstream_model
+from lc.managers.learning.stages import Body, reported_models, stage_body, stage_failed
 
 KIND = "LifelongLearningJob"
 DEPLOY_MODEL = "deploy/index.pkl"  # under outputDir; what the inference worker loads

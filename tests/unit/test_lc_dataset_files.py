@@ -22,9 +22,10 @@ import pytest
 from lc import files
 from lc.app import LocalController
 from lc.config import load
-from lc.errors import ConfigError
+from lc.errors import ConfigError, LearningError
 from lc.link.apply import DownstreamApplier
-from lc.managers.learning import LearningError, copy_model, read_samples
+from lc.managers.learning.models import copy_model
+from lc.managers.learning.samples import read_samples
 from lc.store import Store
 from tests.conftest import eventually
 from tests.unit.test_lc_files import CAN_MKNOD, HANG, fifo, finishes, reader_waiting

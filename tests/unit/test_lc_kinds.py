@@ -20,7 +20,7 @@ from lc.app import forwarders
 from lc.managers.federatedlearning import FederatedLearningManager
 from lc.managers.forward import ReportForwarder
 from lc.managers.jointinference import JointInferenceManager
-from lc.managers.learning import LearningManager
+from lc.managers.learning.manager import LearningManager
 from lc.report import WorkerReport
 from proto.message import Message, Op
 from proto.upstream import encode_upstream

@@ -16,21 +16,14 @@ from typing import Any
 import orjson
 import pytest
 
+from lc.errors import LearningError
 from lc.managers.incrementallearning import hot_update_config
-from lc.managers.learning import (
-    JobState,
-    LearningError,
-    LearningKind,
-    current_stage,
-    deploy_stats,
-    matching_model,
-    metric_value,
-    parse_trigger,
-    reported_models,
-    split_new,
-    upstream_model,
-    write_samples,
-)
+from lc.managers.learning.kind import LearningKind
+from lc.managers.learning.models import matching_model, upstream_model
+from lc.managers.learning.samples import split_new, write_samples
+from lc.managers.learning.stages import current_stage, reported_models
+from lc.managers.learning.state import JobState
+from lc.managers.learning.triggers import deploy_stats, metric_value, parse_trigger
 from proto.message import Message, Op
 from proto.upstream import encode_upstream
 from tests.conftest import eventually
