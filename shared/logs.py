@@ -21,6 +21,7 @@ Logging must never crash or mislead its caller, whatever the values hold:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import sys
@@ -162,3 +163,60 @@ def event(logger: logging.Logger, msg: str, /, *, level: int = logging.INFO,
     """Log `msg` with structured fields (reserved names renamed, see the module docstring);
     `exc_info=True` adds the exception being handled (or pass the exception)."""
     logger.log(level, msg, extra=_extra(fields), exc_info=exc_info, stacklevel=2)
+
+
+class Throttle:
+    """Lines of one kind logged one by one up to `per_window` each `window` seconds; beyond
+    that counted, and one line per message says how many were left out once the window ends.
+
+    For lines that come in floods (a session opened or closed per LC in a reconnect storm,
+    an upgrade refused per dial): a few name their node, the rest are a count, so a storm of
+    20,000 costs a few lines instead of 40,000 and the process's CPU goes to the storm.
+    The left-out count is written from the event loop when one is running (a timer at the
+    window's end), else by the next call after the window.
+    """
+
+    def __init__(self, logger: logging.Logger, *, per_window: int = 20, window: float = 1.0,
+                 clock: Any = time.monotonic) -> None:
+        self.logger, self.per_window, self.window, self._clock = logger, per_window, window, clock
+        self._start = float("-inf")
+        self._logged = 0
+        self._left_out: dict[tuple[str, int], int] = {}
+        self._timer: Any = None
+
+    def event(self, msg: str, /, *, level: int = logging.INFO, **fields: Any) -> None:
+        if not self.logger.isEnabledFor(level):
+            return
+        now = self._clock()
+        if now - self._start >= self.window:
+            self.flush()
+            self._start, self._logged = now, 0
+        if self._logged < self.per_window:
+            self._logged += 1
+            self.logger.log(level, msg, extra=_extra(fields), stacklevel=2)
+            return
+        key = (msg, level)
+        self._left_out[key] = self._left_out.get(key, 0) + 1
+        if self._timer is None:
+            self._schedule()
+
+    def flush(self) -> None:
+        """Write the counts of the lines left out so far."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        left_out, self._left_out = self._left_out, {}
+        for (msg, level), count in left_out.items():
+            self.logger.log(level, f"{msg} (more lines like it left out)",
+                            extra=_extra({"left_out": count, "window_s": self.window}))
+
+    def _schedule(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._timer = loop.call_later(max(self._start + self.window - self._clock(), 0.0), self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self.flush()

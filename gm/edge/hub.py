@@ -89,7 +89,7 @@ from proto import (
     snapshot_end,
 )
 from shared import apis
-from shared.logs import event
+from shared.logs import Throttle, event
 from shared.text import clip
 
 log = logging.getLogger("sedna.gm.edge.hub")
@@ -317,6 +317,8 @@ class Hub:
         self._held: dict[str, set[ObjKey]] = {}
         self._closing = False
         self.stats = HubStats()
+        # per-session lines: a few a second name their node, a storm's rest is a count
+        self._lines = Throttle(log)
 
     # ---- public API -------------------------------------------------------------------
 
@@ -374,6 +376,7 @@ class Hub:
         if self._beating is not None:
             self._beating.cancel()
             await asyncio.wait([self._beating])
+        self._lines.flush()
 
     # ---- connection -------------------------------------------------------------------
 
@@ -469,8 +472,8 @@ class Hub:
         try:
             identity = await self._auth.admit(node, request.headers.get("Authorization", ""))
         except AuthError as exc:
-            event(log, "hub auth refused", level=logging.WARNING, node=node, remote=request.remote,
-                  status=exc.status, reason=str(exc))
+            self._lines.event("hub auth refused", level=logging.WARNING, node=node, remote=request.remote,
+                              status=exc.status, reason=str(exc))
             raise _auth_response(exc) from None
         event(log, "hub auth admitted", level=logging.DEBUG, node=node, user=identity.user,
               method=identity.method)
@@ -566,10 +569,10 @@ class Hub:
         self._sessions[node] = session
         self.stats.sessions_opened += 1
         if native:
-            event(log, "hub session opened", node=node, mode=session.mode, objects=session.snapshot_count,
+            self._lines.event("hub session opened", node=node, mode=session.mode, objects=session.snapshot_count,
                   version=hello_body["versions"][0], acked=hello_body.get("acked", 0), epoch=session.epoch)
         else:
-            event(log, "hub session opened", node=node, mode=session.mode, objects=session.snapshot_count)
+            self._lines.event("hub session opened", node=node, mode=session.mode, objects=session.snapshot_count)
         return session
 
     async def _deregister(self, session: _Session, code: int, reason: str) -> tuple[int, str]:
@@ -652,7 +655,7 @@ class Hub:
             self.stats.sessions_dead += 1
         elif code not in (CLOSE_NORMAL, CLOSE_GOING_AWAY, CLOSE_REPLACED):
             self.stats.sessions_broken += 1
-        event(log, "hub session closed", node=node, mode="native" if native else "upstream", code=code,
+        self._lines.event("hub session closed", node=node, mode="native" if native else "upstream", code=code,
               reason=reason)
 
     # ---- reading ----------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 import re
@@ -9,7 +10,7 @@ import re
 import orjson
 import pytest
 
-from shared.logs import JsonFormatter, KeyValueFormatter, event, kv, kv_value, safe_key
+from shared.logs import JsonFormatter, KeyValueFormatter, Throttle, event, kv, kv_value, safe_key
 from shared.text import LOG_FIELD_LIMIT, clip
 
 LOGFMT_PAIR = re.compile(r'([A-Za-z0-9_.-]+)=("(?:[^"\\]|\\.)*"|[^\s"=]+)(?: |$)')
@@ -173,3 +174,48 @@ def test_a_short_container_stays_structured_in_json(capture):
 def test_clip_keeps_the_start_and_states_the_length():
     assert clip("abc", 5) == "abc"
     assert clip("a" * 10, 4) == "aaaa... (10 characters)"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_throttle_logs_a_few_lines_a_window_then_counts_the_rest(capture):
+    logger, buf = capture(KeyValueFormatter())
+    clock = _Clock()
+    lines = Throttle(logger, per_window=3, window=1.0, clock=clock)
+    for i in range(10):
+        lines.event("hub session opened", node=f"n{i}")
+    lines.event("hub session closed", level=logging.WARNING, node="n0")
+    written = buf.getvalue().splitlines()
+    assert [re.search(r"node=(\S+)", line).group(1) for line in written] == ["n0", "n1", "n2"]
+    clock.now += 1.0  # the next window: the counts of the last one come first
+    lines.event("hub session opened", node="n10")
+    written = buf.getvalue().splitlines()[3:]
+    assert 'msg="hub session opened (more lines like it left out)" left_out=7' in written[0]
+    assert "level=warning" in written[1] and "left_out=1" in written[1]
+    assert "node=n10" in written[2] and len(written) == 3
+
+
+def test_throttle_skips_levels_the_logger_drops(capture):
+    logger, buf = capture(KeyValueFormatter())
+    logger.setLevel(logging.WARNING)
+    lines = Throttle(logger, per_window=1, clock=_Clock())
+    for _ in range(5):
+        lines.event("quiet")
+    lines.flush()
+    assert buf.getvalue() == ""
+
+
+async def test_throttle_writes_the_count_when_the_window_ends_without_another_line(capture):
+    logger, buf = capture(KeyValueFormatter())
+    lines = Throttle(logger, per_window=1, window=0.05)
+    for _ in range(4):
+        lines.event("storm")
+    assert len(buf.getvalue().splitlines()) == 1
+    await asyncio.sleep(0.2)
+    assert "left_out=3" in buf.getvalue().splitlines()[1]
