@@ -22,10 +22,9 @@ from typing import Any
 import yaml
 
 from devcluster.cluster import KubeYamlLoader
-from gm.controllers.declare import sedna_gvr
 from gm.kube.client import KubeClient
 from gm.kube.errors import ApiError
-from gm.kube.resources import GVR
+from gm.kube.resources import GVR, sedna_gvr
 from shared import apis
 
 ROOT = Path(__file__).resolve().parents[1]

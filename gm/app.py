@@ -35,11 +35,6 @@ from typing import Any
 from aiohttp import web
 
 from gm.config import ConfigError, GMConfig, split_list
-from gm.controllers.caches import transform_for
-from gm.controllers.common import Context
-from gm.controllers.declare import KindDeclaration
-from gm.controllers.reconciler import KindController
-from gm.controllers.runner import ControllerRunner, ReconcileMetrics
 from gm.edge.auth import (
     AuthConfigError,
     Authenticator,
@@ -65,6 +60,11 @@ from gm.kube.leader import LeaderElector, LeaderSettings
 from gm.kube.metrics import KubeMetrics
 from gm.kube.status import StatusWriter
 from gm.kube.workqueue import WorkQueue
+from gm.reconcile.caches import transform_for
+from gm.reconcile.context import Context
+from gm.reconcile.declaration import KindDeclaration
+from gm.reconcile.reconciler import KindController
+from gm.reconcile.runner import ControllerRunner, ReconcileMetrics
 from gm.workers import WorkerConfig
 from shared import apis
 from shared.logs import event

@@ -15,8 +15,8 @@ import itertools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gm.controllers.children import plan_children
-from gm.controllers.declare import Dependencies, KindDeclaration, Observed
+from gm.reconcile.declaration import Dependencies, KindDeclaration, Observed
+from gm.reconcile.planning import plan_children
 from gm.workers import WorkerConfig
 from shared.objects import SPEC_HASH_ANNOTATION, format_rfc3339
 

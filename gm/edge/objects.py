@@ -42,11 +42,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gm.controllers.common import PODS, index_credentials, sedna_gvr, using_secret
 from gm.edge.reports import edge_view
 from gm.kinds import reconciled_kinds
 from gm.kube.informer import InformerFactory, SharedInformer
-from gm.kube.resources import SECRETS
+from gm.kube.resources import PODS, SECRETS, sedna_gvr
+from gm.reconcile.credentials import index_credentials, using_secret
 from gm.workers import MANAGED_SELECTOR
 from gm.workers.jointinference import go_json
 from proto import ObjKey

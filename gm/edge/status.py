@@ -36,8 +36,6 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from gm.controllers.common import DATASETS, FL, MODELS
-from gm.controllers.declare import ReportRule, sedna_gvr
 from gm.edge.order import ReportStamp
 from gm.edge.pipeline import StatusPipeline, Verdict
 from gm.edge.reports import (  # noqa: F401 - the parsers and mutations are re-exported
@@ -60,6 +58,8 @@ from gm.edge.reports import (  # noqa: F401 - the parsers and mutations are re-e
 )
 from gm.kinds import report_rules
 from gm.kube.events import EventRecorder
+from gm.kube.resources import DATASETS, FL, MODELS, sedna_gvr
+from gm.reconcile.declaration import ReportRule
 from proto import Message
 from shared import apis
 from shared.logs import event

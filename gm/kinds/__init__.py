@@ -1,15 +1,15 @@
 """One module per reconciled kind: its declaration, its pure `build` and its pure `status`.
 
 `DECLARATIONS` is the list the GM runs (gm/app.py builds one generic controller per entry,
-gm/controllers/reconciler.py), and the kinds whose reports it takes (gm/edge/status.py) and
-whose objects it sends to the edge (gm/edge/objects.py). A kind module imports from gm/controllers
-(declare, conditions), gm/workers (the child builders) and gm/reports (report rules), never
-from another kind module; what two kinds share lives in a module of its own here.
+gm/reconcile/reconciler.py), and the kinds whose reports it takes (gm/edge/status.py) and
+whose objects it sends to the edge (gm/edge/objects.py). A kind module imports from
+gm/reconcile (the declaration), gm/kindlib (what several kinds share: conditions, waiting,
+job, learning and multi-edge rules), gm/workers (the child building blocks) and
+gm/edge/reports (report rules), never from another kind module.
 """
 
 from __future__ import annotations
 
-from gm.controllers.declare import KindDeclaration, ReportRule
 from gm.kinds import (
     featureextraction,
     federatedlearning,
@@ -21,6 +21,7 @@ from gm.kinds import (
     reid,
     videoanalytics,
 )
+from gm.reconcile.declaration import KindDeclaration, ReportRule
 from shared import apis
 
 DECLARATIONS: tuple[KindDeclaration, ...] = (

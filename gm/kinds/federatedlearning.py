@@ -16,9 +16,10 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from gm.config import GMConfig
-from gm.controllers.common import DATASETS, MODELS, NODES, PODS, SERVICES
-from gm.controllers.conditions import clear_true, exclusive, pod_counts, waiting_condition
-from gm.controllers.declare import (
+from gm.kindlib.conditions import clear_true, exclusive, pod_counts, waiting_condition
+from gm.kindlib.waiting import stranded, summary, waits
+from gm.kube.resources import DATASETS, MODELS, NODES, PODS, SERVICES
+from gm.reconcile.declaration import (
     Children,
     Dependencies,
     KindDeclaration,
@@ -28,7 +29,6 @@ from gm.controllers.declare import (
     uses_datasets,
     uses_models,
 )
-from gm.controllers.waiting import stranded, summary, waits
 from gm.workers import build_fl_children
 from shared import apis
 from shared.objects import deep_get, set_condition

@@ -24,8 +24,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gm.controllers.common import DATASETS, MODELS
-from gm.controllers.declare import (
+from gm.kinds import learning
+from gm.kube.resources import DATASETS, MODELS, PODS
+from gm.reconcile.declaration import (
     Children,
     Dependencies,
     KindDeclaration,
@@ -34,8 +35,6 @@ from gm.controllers.declare import (
     uses_datasets,
     uses_models,
 )
-from gm.kinds import learning
-from gm.kube.resources import PODS
 from gm.workers.children import Owner
 from gm.workers.inputs import ref_name, required
 from gm.workers.learning import (

@@ -39,18 +39,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gm.controllers.conditions import clear_true, exclusive, pod_counts
-from gm.controllers.declare import (
-    Build,
-    Dependencies,
-    KindDeclaration,
-    Observed,
-    Owns,
-    Watches,
-)
 from gm.edge.order import parse_time
 from gm.edge.reports import metrics_report
+from gm.kindlib.conditions import clear_true, exclusive, pod_counts
 from gm.kube.resources import PODS
+from gm.reconcile.declaration import Build, Dependencies, KindDeclaration, Observed, Owns, Watches
 from gm.workers.children import Owner, build_pod
 from gm.workers.errors import InvalidSpec
 from gm.workers.storage import StoragePlan

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gm.controllers.common import DEPLOYMENTS, HPAS, MODELS, SERVICES
-from gm.controllers.conditions import deployment_active, deployment_failed, exclusive
-from gm.controllers.declare import (
+from gm.edge.reports import metrics_report
+from gm.kindlib.conditions import deployment_active, deployment_failed, exclusive
+from gm.kube.resources import DEPLOYMENTS, HPAS, MODELS, SERVICES
+from gm.reconcile.declaration import (
     Children,
     Dependencies,
     KindDeclaration,
@@ -20,7 +21,6 @@ from gm.controllers.declare import (
     Owns,
     uses_models,
 )
-from gm.edge.reports import metrics_report
 from gm.workers import build_ji_children
 from shared import apis
 from shared.objects import deep_get

@@ -46,9 +46,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gm.controllers.declare import Observed
 from gm.edge.reports import ReportInvalid, field
 from gm.kube.resources import PODS
+from gm.reconcile.declaration import Observed
 from gm.workers.jointinference import go_json
 from shared.objects import deep_get, label_prefix
 

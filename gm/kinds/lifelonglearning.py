@@ -18,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gm.controllers.common import DATASETS
-from gm.controllers.declare import (
+from gm.kinds import learning
+from gm.kube.resources import DATASETS, PODS
+from gm.reconcile.declaration import (
     Children,
     Dependencies,
     KindDeclaration,
@@ -27,8 +28,6 @@ from gm.controllers.declare import (
     Owns,
     uses_datasets,
 )
-from gm.kinds import learning
-from gm.kube.resources import PODS
 from gm.workers.learning import (
     LearningJob,
     input_check,

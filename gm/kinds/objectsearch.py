@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gm.controllers.declare import Children, Dependencies
 from gm.kinds import multiedge
 from gm.kinds.multiedge import USER
 from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
+from gm.reconcile.declaration import Children, Dependencies
 from gm.workers.deployspec import InlineDeployment
 from gm.workers.errors import InvalidSpec
 from shared import apis

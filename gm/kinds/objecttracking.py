@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gm.controllers.declare import Children, Dependencies
 from gm.kinds import multiedge
 from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
+from gm.reconcile.declaration import Children, Dependencies
 from shared import apis
 
 KIND = apis.OBJECT_TRACKING.kind

@@ -10,9 +10,9 @@ Service (upstream's `ReidPort` constant is unused). Reports: see `jobs.declarati
 
 from __future__ import annotations
 
-from gm.controllers.declare import Children, Dependencies
 from gm.kinds import jobs
 from gm.kube.resources import PODS
+from gm.reconcile.declaration import Children, Dependencies
 from gm.workers.children import owner_of
 from gm.workers.storage import StoragePlan
 from gm.workers.template import env_value

@@ -13,9 +13,9 @@ is gone.
 
 from __future__ import annotations
 
-from gm.controllers.declare import Children, Dependencies, Owns, sedna_gvr, uses_models
 from gm.kinds import jobs
-from gm.kube.resources import PODS, SERVICES
+from gm.kube.resources import PODS, SERVICES, sedna_gvr
+from gm.reconcile.declaration import Children, Dependencies, Owns, uses_models
 from gm.workers.children import Owner, build_service, owner_of
 from gm.workers.inputs import mount_of, ref_name, required
 from gm.workers.storage import StoragePlan, WorkerMount, plan_storage

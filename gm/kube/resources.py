@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from shared import apis
+
 
 @dataclass(frozen=True, slots=True)
 class GVR:
@@ -62,3 +64,15 @@ NODES = GVR("", "v1", "nodes", namespaced=False)
 NAMESPACES = GVR("", "v1", "namespaces", namespaced=False)
 DEPLOYMENTS = GVR("apps", "v1", "deployments")
 LEASES = GVR("coordination.k8s.io", "v1", "leases")
+HPAS = GVR("autoscaling", "v2", "horizontalpodautoscalers")
+
+
+def sedna_gvr(kind: apis.SednaKind) -> GVR:
+    """The resource of a Sedna kind (`sedna.io/v1alpha1`, its plural)."""
+    return GVR(apis.GROUP, apis.VERSION, kind.plural)
+
+
+JI = sedna_gvr(apis.JOINT_INFERENCE)
+FL = sedna_gvr(apis.FEDERATED_LEARNING)
+DATASETS = sedna_gvr(apis.DATASET)
+MODELS = sedna_gvr(apis.MODEL)

@@ -28,10 +28,8 @@ import yaml
 
 from gm.app import GlobalManager
 from gm.config import parse_config
-from gm.controllers.common import DATASETS, DEPLOYMENTS
-from gm.controllers.declare import sedna_gvr
 from gm.kube.errors import NotFound
-from gm.kube.resources import EVENTS, PODS
+from gm.kube.resources import DATASETS, DEPLOYMENTS, EVENTS, PODS, sedna_gvr
 from proto import SUBPROTOCOL
 from shared import apis
 from tests.cluster.conftest import WITHIN, in_namespace

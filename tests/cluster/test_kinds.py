@@ -14,10 +14,8 @@ import copy
 
 import pytest
 
-from gm.controllers.common import DEPLOYMENTS, PODS, SERVICES
-from gm.controllers.declare import sedna_gvr
 from gm.kube.errors import Conflict, NotFound
-from gm.kube.resources import EVENTS, GVR
+from gm.kube.resources import DEPLOYMENTS, EVENTS, GVR, PODS, SERVICES, sedna_gvr
 from shared import apis
 from tests.cluster.conftest import WITHIN, in_namespace
 from tests.cluster.plugin import Cluster

@@ -8,7 +8,7 @@ import json
 
 import aiohttp
 
-from gm.controllers.declare import sedna_gvr
+from gm.kube.resources import sedna_gvr
 from shared import apis
 from tests.cluster.conftest import WITHIN, in_namespace
 from tests.cluster.plugin import Cluster

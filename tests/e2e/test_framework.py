@@ -16,11 +16,10 @@ import yaml
 
 from gm.app import GlobalManager
 from gm.config import parse_config
-from gm.controllers.common import DEPLOYMENTS, PODS
-from gm.controllers.conditions import exclusive, pod_counts
-from gm.controllers.declare import Children, Dependencies, KindDeclaration, Observed, Owns
+from gm.kindlib.conditions import exclusive, pod_counts
 from gm.kube.errors import NotFound
-from gm.kube.resources import GVR
+from gm.kube.resources import DEPLOYMENTS, GVR, PODS
+from gm.reconcile.declaration import Children, Dependencies, KindDeclaration, Observed, Owns
 from gm.workers.children import build_deployment, build_pod, owner_of
 from gm.workers.errors import InvalidSpec
 from gm.workers.storage import StoragePlan

@@ -13,9 +13,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gm.controllers.common import DATASETS, FL, JI, MODELS
 from gm.edge.objects import CREDENTIAL_ANNOTATION
-from gm.kube.resources import GVR, SECRETS
+from gm.kube.resources import DATASETS, FL, GVR, JI, MODELS, SECRETS
 from proto import (
     BARE_HEADER,
     SUBPROTOCOL,

@@ -6,8 +6,8 @@ import copy
 
 import orjson
 
-from gm.controllers.common import BATCH, FL, NODES, PODS
-from gm.kube.resources import GVR
+from gm.kube.resources import FL, GVR, NODES, PODS
+from gm.reconcile.executor import BATCH
 from tests.conftest import eventually
 from tests.e2e.conftest import load_example
 

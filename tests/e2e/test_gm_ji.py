@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from gm.controllers.common import DEPLOYMENTS, HPAS, JI, PODS, SERVICES
-from gm.kube.resources import GVR
+from gm.kube.resources import DEPLOYMENTS, GVR, HPAS, JI, PODS, SERVICES
 from tests.conftest import eventually
 from tests.e2e.conftest import load_example
 

@@ -11,10 +11,9 @@ import copy
 
 import aiohttp
 
-from gm.controllers.common import PODS
-from gm.controllers.declare import sedna_gvr
 from gm.kinds.jobs import ATTEMPT_ANNOTATION
 from gm.kube.errors import NotFound
+from gm.kube.resources import PODS, sedna_gvr
 from shared import apis
 from tests.conftest import eventually
 from tests.e2e.kindcases import reid as reid_case

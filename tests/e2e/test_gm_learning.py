@@ -11,12 +11,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from gm.controllers.common import DATASETS, MODELS, PODS
-from gm.controllers.declare import sedna_gvr
 from gm.edge.pipeline import StatusPipeline
 from gm.edge.status import UpstreamStatus
 from gm.kinds import learning
 from gm.kube.errors import NotFound
+from gm.kube.resources import DATASETS, MODELS, PODS, sedna_gvr
 from gm.kube.status import StatusWriter
 from proto import Message, Op
 from shared import apis

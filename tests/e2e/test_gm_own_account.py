@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from gm.controllers.declare import sedna_gvr
-from gm.kube.resources import EVENTS
+from gm.kube.resources import EVENTS, sedna_gvr
 from shared import apis
 from tests.conftest import eventually
 from tests.e2e.kindcases import KindCase

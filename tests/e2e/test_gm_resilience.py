@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from gm.controllers.common import DEPLOYMENTS, FL, JI, PODS
-from gm.kube.resources import GVR
+from gm.kube.resources import DEPLOYMENTS, FL, GVR, JI, PODS
 from tests.conftest import eventually
 from tests.e2e.conftest import load_example
 

@@ -7,12 +7,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from gm.controllers.declare import sedna_gvr
 from gm.edge.order import FIELD
 from gm.edge.pipeline import StatusPipeline
 from gm.edge.status import UpstreamStatus
 from gm.kube.errors import NotFound
-from gm.kube.resources import DEPLOYMENTS
+from gm.kube.resources import DEPLOYMENTS, sedna_gvr
 from gm.kube.status import StatusWriter
 from proto import Message, Op
 from shared import apis

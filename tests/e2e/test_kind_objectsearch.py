@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import copy
 
-from gm.controllers.declare import sedna_gvr
 from gm.kube.errors import NotFound
-from gm.kube.resources import DEPLOYMENTS
+from gm.kube.resources import DEPLOYMENTS, sedna_gvr
 from shared import apis
 from tests.conftest import eventually
 from tests.e2e.kindcases.objectsearch import CASES, NAME, running

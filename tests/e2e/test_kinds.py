@@ -16,11 +16,9 @@ import pkgutil
 
 import pytest
 
-from gm.controllers.common import DEPLOYMENTS, PODS, SERVICES
-from gm.controllers.declare import sedna_gvr
 from gm.kinds import DECLARATIONS
 from gm.kube.errors import Conflict, NotFound
-from gm.kube.resources import GVR
+from gm.kube.resources import DEPLOYMENTS, GVR, PODS, SERVICES, sedna_gvr
 from shared import apis
 from tests.conftest import eventually
 from tests.e2e import kindcases

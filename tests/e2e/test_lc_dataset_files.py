@@ -13,8 +13,7 @@ from pathlib import Path
 
 import orjson
 
-from gm.controllers.declare import sedna_gvr
-from gm.kube.resources import EVENTS
+from gm.kube.resources import EVENTS, sedna_gvr
 from lc.store import Store
 from shared import apis
 from tests.conftest import eventually

@@ -20,10 +20,9 @@ from devcluster import servingcert
 from devcluster.servingcert import ServingCert as ServerCert
 from gm.app import GlobalManager
 from gm.config import ConfigError
-from gm.controllers.common import DATASETS
 from gm.edge.hub import PLACEMENT_GRACE
 from gm.kube.errors import AlreadyExists
-from gm.kube.resources import GVR, PODS, SECRETS
+from gm.kube.resources import DATASETS, GVR, PODS, SECRETS
 from lc.app import LocalController
 from lc.config import LCConfig
 from lc.link.dialer import GMLink, link_factory

@@ -20,12 +20,11 @@ import aiohttp
 import pytest
 
 from devcluster.faults import ErrorRule
-from gm.controllers.common import DATASETS, FL, JI, MODELS
 from gm.edge.order import FIELD
 from gm.edge.pipeline import StatusPipeline
 from gm.edge.reports import ReportRefused
 from gm.edge.status import UpstreamStatus
-from gm.kube.resources import GVR
+from gm.kube.resources import DATASETS, FL, GVR, JI, MODELS
 from gm.kube.status import StatusWriter
 from lc.app import LocalController
 from lc.config import load

@@ -1,6 +1,6 @@
 import pytest
 
-from gm.controllers.children import merge_for_update, outdated, plan_children
+from gm.reconcile.planning import merge_for_update, outdated, plan_children
 
 HASH = "sedna.io/spec-hash"
 UID = "uid-1"

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from gm.controllers.caches import LAST_APPLIED, slim_secret, transform_for
-from gm.controllers.common import credential_refs
 from gm.kube.client import KubeClient
 from gm.kube.informer import InformerFactory
 from gm.kube.metrics import KubeMetrics
 from gm.kube.resources import DEPLOYMENTS, GVR, NODES, PODS, SECRETS
+from gm.reconcile.caches import LAST_APPLIED, slim_secret, transform_for
+from gm.reconcile.credentials import credential_refs
 
 
 def secret(type_: str = "Opaque", **meta) -> dict:

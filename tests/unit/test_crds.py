@@ -24,9 +24,9 @@ import yaml
 from devcluster import schema as server_schema
 from devcluster.cluster import KubeYamlLoader
 from gm.config import parse_config
-from gm.controllers.declare import KindDeclaration
 from gm.edge.order import FIELD
 from gm.kinds import DECLARATIONS
+from gm.reconcile.declaration import KindDeclaration
 from lc.config import load as load_lc_config
 from shared import apis
 

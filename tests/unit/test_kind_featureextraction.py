@@ -14,10 +14,10 @@ import yaml
 from devcluster import schema as server_schema
 from devcluster.registry import Registry
 from devcluster.validation import validate_object
-from gm.controllers.declare import Dependencies, Observed
 from gm.edge.reports import ReportInvalid, metrics_report
 from gm.kinds import featureextraction as fe
 from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
+from gm.reconcile.declaration import Dependencies, Observed
 from gm.workers import MANAGED_BY_LABEL, InvalidSpec, MissingDependency, WorkerConfig
 from gm.workers.storage import INIT_CONTAINER_NAME
 from shared import apis

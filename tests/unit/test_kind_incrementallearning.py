@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gm.controllers.declare import Dependencies, Observed
 from gm.kinds import incrementallearning as il
 from gm.kinds import learning
 from gm.kinds.learning import Position, with_position
 from gm.kube.resources import PODS
+from gm.reconcile.declaration import Dependencies, Observed
 from gm.workers import MANAGED_BY
 from gm.workers.errors import InvalidSpec, MissingDependency
 from gm.workers.learning import DEPLOYS_ANNOTATION

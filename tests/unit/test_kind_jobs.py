@@ -7,9 +7,9 @@ import copy
 
 import pytest
 
-from gm.controllers.declare import Observed
 from gm.edge.reports import ReportInvalid
 from gm.kinds import jobs, reid
+from gm.reconcile.declaration import Observed
 from gm.workers.errors import InvalidSpec
 from shared.objects import find_condition, spec_hash_of
 from tests.jobsim import T0, JobSim

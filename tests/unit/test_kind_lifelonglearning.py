@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gm.controllers.declare import Dependencies, Observed
 from gm.kinds import learning
 from gm.kinds import lifelonglearning as ll
 from gm.kinds.learning import Position, with_position
 from gm.kube.resources import PODS
+from gm.reconcile.declaration import Dependencies, Observed
 from gm.workers.errors import InvalidSpec, MissingDependency
 from gm.workers.learning import DEPLOYS_ANNOTATION
 from shared.objects import SPEC_HASH_ANNOTATION

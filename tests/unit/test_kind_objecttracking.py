@@ -7,8 +7,8 @@ import copy
 
 import pytest
 
-from gm.controllers.declare import Dependencies, Observed
 from gm.kinds import objecttracking
+from gm.reconcile.declaration import Dependencies, Observed
 from gm.workers import InvalidSpec, WorkerConfig
 from shared.objects import find_condition, spec_hash_of
 from tests.unit.test_crds import crd_schema, server_check, validate

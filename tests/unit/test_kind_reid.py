@@ -6,10 +6,10 @@ import copy
 
 import pytest
 
-from gm.controllers.declare import Dependencies
 from gm.edge.reports import metrics_report
 from gm.kinds import jobs, reid
 from gm.kube.resources import PODS
+from gm.reconcile.declaration import Dependencies
 from gm.workers import MANAGED_BY
 from gm.workers.errors import InvalidSpec
 from shared.objects import is_controlled_by, spec_hash_of

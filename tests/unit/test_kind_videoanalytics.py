@@ -7,10 +7,10 @@ import copy
 
 import pytest
 
-from gm.controllers.declare import Dependencies
 from gm.edge.reports import metrics_report
 from gm.kinds import jobs, videoanalytics
 from gm.kube.resources import PODS, SERVICES
+from gm.reconcile.declaration import Dependencies
 from gm.workers import MANAGED_BY
 from gm.workers.errors import InvalidSpec, MissingDependency
 from shared.objects import spec_hash_of

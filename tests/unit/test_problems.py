@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gm.controllers.problems import MAX_MESSAGE, ChildRejected, Problem, problem_of
-from gm.controllers.runner import PermanentError, TemporaryError
 from gm.kube.errors import Forbidden, Invalid
+from gm.reconcile.problems import MAX_MESSAGE, ChildRejected, Problem, problem_of
+from gm.reconcile.runner import PermanentError, TemporaryError
 from gm.workers import InvalidSpec, MissingDependency
 
 
@@ -57,7 +57,8 @@ def test_other_exceptions_are_not_problems():
      ' in the namespace "ns"', False),
 ])
 def test_a_403_is_the_specs_problem_unless_it_is_an_authorization_denial(message, admission):
-    from gm.controllers.common import PODS, _refused_by_admission
+    from gm.kube.resources import PODS
+    from gm.reconcile.executor import _refused_by_admission
 
     exc = Forbidden(403, "Forbidden", message)
     if admission:

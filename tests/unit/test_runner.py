@@ -3,7 +3,9 @@ import logging
 
 import pytest
 
-from gm.controllers.runner import (
+from gm.kube.ratelimit import ItemExponentialFailureRateLimiter
+from gm.kube.workqueue import WorkQueue
+from gm.reconcile.runner import (
     WARN_AFTER,
     ControllerRunner,
     OwnerGone,
@@ -12,8 +14,6 @@ from gm.controllers.runner import (
     Requeue,
     TemporaryError,
 )
-from gm.kube.ratelimit import ItemExponentialFailureRateLimiter
-from gm.kube.workqueue import WorkQueue
 from shared.metrics import Registry
 from tests.conftest import eventually
 

@@ -1,6 +1,6 @@
 import pytest
 
-from gm.controllers.conditions import pod_counts
+from gm.kindlib.conditions import pod_counts
 from gm.kinds.federatedlearning import fl_phase, fl_status
 from gm.kinds.jointinference import ji_status
 from shared.objects import find_condition

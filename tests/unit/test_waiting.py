@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gm.controllers.waiting import SHOWN, Wait, stranded, summary, waits
+from gm.kindlib.waiting import SHOWN, Wait, stranded, summary, waits
 
 T0, T1, T2 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z", "2026-01-01T00:02:00Z"
 NODES = {"edge-node-1", "cloud-node"}

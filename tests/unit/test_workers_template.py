@@ -94,7 +94,7 @@ def test_an_account_the_gm_admits_as_an_lc_is_refused_in_its_namespace():
 
 def test_edge_identity_accounts_come_from_the_token_review_allow_list():
     from gm.config import parse_config
-    from gm.controllers.reconciler import _edge_identity_accounts
+    from gm.reconcile.reconciler import _edge_identity_accounts
 
     cfg = parse_config("websocket: {tokenReview: {enabled: true, serviceAccounts: "
                        "'system:serviceaccount:sedna-lc:sedna-lc, alice'}}")

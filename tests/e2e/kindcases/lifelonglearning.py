@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gm.controllers.declare import sedna_gvr
 from gm.kinds import lifelonglearning
 from gm.kube.errors import Conflict
+from gm.kube.resources import sedna_gvr
 from shared import apis
 from shared.objects import now_rfc3339
 from tests.conftest import eventually

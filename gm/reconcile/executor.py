@@ -1,6 +1,5 @@
-"""What every GM reconciler shares: the cluster handles, the resource identities (the
-Sedna kinds, HPAs, and the core ones re-exported), and the thin layer that executes a
-child plan against the API.
+"""The reconcile's writes to the API: a child plan carried out, the status written, a
+problem reported.
 
 Reconcilers read from the informer caches and write through `KubeClient`; the API's own
 answers decide races: AlreadyExists on create means the cache is behind (the next event
@@ -17,36 +16,21 @@ status, so a large job shows its pods
 as they come instead of after the whole loop. The owner gone, at a checkpoint or at the
 final status write, ends the reconcile quietly (`OwnerGone`).
 
-Children are cached by one informer per child type for every controller (`Context.children`),
-selected by the `MANAGED_BY` label every child the GM builds carries and indexed by owner
-uid; each controller's handlers keep the children of its own kind. A child made by a GM
-from before that label is invisible to those informers: creating it again answers
-AlreadyExists, and the create path then relabels the object when this owner controls it
-(`_adopt_unlabelled`), so it is adopted as it is, never recreated. Its spec hash leaves the
-label out, so an adopted child is not outdated either.
-
-Secrets come from one cache too (`Context.secrets`), kept lean by `caches.slim_secret`. A CR's
-Models and Datasets (and an FL job's own spec) name their Secrets by `credentialName`;
-the `credential` index on those informers maps a Secret back to them, so a Secret change
-enqueues its dependents at once and a rotated credential reaches the workers without
-waiting for a resync.
+A child made by a GM from before the `MANAGED_BY` label is invisible to the children's
+informers (context.py): creating it again answers AlreadyExists, and the create path then
+relabels the object when this owner controls it (`_adopt_unlabelled`), so it is adopted as
+it is, never recreated. Its spec hash leaves the label out, so an adopted child is not
+outdated either.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any, NoReturn
 
-from gm.config import GMConfig
-from gm.controllers.children import ChildPlan, merge_for_update
-from gm.controllers.declare import sedna_gvr
-from gm.controllers.problems import ChildRejected, Problem, problem_of
-from gm.controllers.runner import OwnerGone, TemporaryError
-from gm.kube.client import KubeClient
 from gm.kube.errors import (
     AlreadyExists,
     ApiError,
@@ -56,138 +40,24 @@ from gm.kube.errors import (
     Invalid,
     NotFound,
 )
-from gm.kube.events import EventRecorder
-from gm.kube.informer import InformerFactory, SharedInformer
-from gm.kube.resources import DEPLOYMENTS, GVR, NODES, PODS, SECRETS, SERVICES  # noqa: F401 - re-exported
-from gm.kube.status import StatusWriter
-from gm.workers import MANAGED_BY, MANAGED_BY_LABEL, MANAGED_SELECTOR, WorkerConfig
-from shared import apis
+from gm.kube.resources import GVR
+from gm.reconcile.context import Context, own_key
+from gm.reconcile.planning import ChildPlan, merge_for_update
+from gm.reconcile.problems import ChildRejected, Problem, problem_of
+from gm.reconcile.runner import OwnerGone, TemporaryError
+from gm.workers import MANAGED_BY, MANAGED_BY_LABEL
 from shared.logs import event
 
 log = logging.getLogger("gm.controllers")
 
-HPAS = GVR("autoscaling", "v2", "horizontalpodautoscalers")
 BATCH = 50  # writes between two owner checks (and progress status writes) in one plan
 REJECTED = (BadRequest, Invalid)  # server-side validation: the same body can never succeed
 # the wording of an authorization denial (a GM without the permission), which no CR can fix;
 # any other 403 to a write is an admission plugin refusing what the CR asked for
 _RBAC_DENIAL = re.compile(r'is forbidden: User ".*" cannot ')
-INDEX_CREDENTIAL = "credential"  # `namespace/secret` for each credentialName in an object's spec
 
 Progress = Callable[[], Awaitable[Any]]
 WriteProblem = Callable[[Problem], Awaitable[bool]]
-
-
-JI = sedna_gvr(apis.JOINT_INFERENCE)
-FL = sedna_gvr(apis.FEDERATED_LEARNING)
-DATASETS = sedna_gvr(apis.DATASET)
-MODELS = sedna_gvr(apis.MODEL)
-
-
-@dataclass(frozen=True, slots=True)
-class Context:
-    """The handles a reconciler needs; one per GM process."""
-
-    client: KubeClient
-    informers: InformerFactory
-    status: StatusWriter
-    events: EventRecorder
-    config: GMConfig
-    workers: WorkerConfig
-
-    def informer(self, gvr: GVR, *, label_selector: str | None = None) -> SharedInformer:
-        return self.informers.informer(gvr, label_selector=label_selector)
-
-    def children(self, gvr: GVR) -> SharedInformer:
-        """The one informer of a child type (Pods, Deployments, ...) that every controller shares."""
-        return self.informers.informer(gvr, label_selector=MANAGED_SELECTOR)
-
-    def secrets(self) -> SharedInformer:
-        """The one Secret cache, holding what the builders read (gm/controllers/caches.py)."""
-        return self.informers.informer(SECRETS)
-
-
-def on_any_change(informer: SharedInformer, fn: Callable[[dict], None]) -> None:
-    """Call `fn(obj)` on add, update (with the new state) and delete: a level-triggered
-    handler only needs to know which object changed, never how."""
-    informer.add_event_handler(on_add=fn, on_update=lambda _old, new: fn(new), on_delete=fn)
-
-
-def own_key(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace')}/{meta.get('name')}"
-
-
-def owner_key(obj: Mapping[str, Any], kind: str) -> str | None:
-    """`namespace/name` of the object's controller when it is a `kind`, else None."""
-    meta = obj.get("metadata") or {}
-    for ref in meta.get("ownerReferences") or ():
-        if ref.get("controller") and ref.get("kind") == kind and ref.get("name"):
-            return f"{meta.get('namespace')}/{ref['name']}"
-    return None
-
-
-def split(key: str) -> tuple[str, str]:
-    namespace, _, name = key.partition("/")
-    return namespace, name
-
-
-def children_by_name(informer: SharedInformer, owner_uid: str,
-                     names: Iterable[str], namespace: str) -> dict[str, dict]:
-    """Observed children: those controlled by the owner, plus any object holding a desired name."""
-    found = {o["metadata"]["name"]: o for o in informer.store.by_index("owner-uid", owner_uid)}
-    for name in names:
-        if name not in found:
-            obj = informer.store.get_by_name(namespace, name)
-            if obj is not None:
-                found[name] = obj
-    return found
-
-
-def credential_names(*objs: Mapping[str, Any] | None) -> set[str]:
-    """Every `credentialName` found anywhere in the given objects' specs."""
-    names: set[str] = set()
-
-    def walk(node: Any) -> None:
-        if isinstance(node, Mapping):
-            for k, v in node.items():
-                if k == "credentialName" and isinstance(v, str) and v:
-                    names.add(v)
-                else:
-                    walk(v)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
-    for obj in objs:
-        if obj is not None:
-            walk(obj.get("spec"))
-    return names
-
-
-def credential_refs(obj: Mapping[str, Any]) -> list[str]:
-    """The `credential` index: `namespace/name` of every Secret the object's spec names."""
-    ns = (obj.get("metadata") or {}).get("namespace")
-    return [f"{ns}/{name}" for name in sorted(credential_names(obj))]
-
-
-def index_credentials(*informers: SharedInformer) -> None:
-    """Index the informers' objects by the Secrets they name (once, whoever asks first)."""
-    for inf in informers:
-        inf.ensure_indexer(INDEX_CREDENTIAL, credential_refs)
-
-
-def using_secret(informer: SharedInformer, secret: Mapping[str, Any]) -> list[dict]:
-    """The cached objects of an informer indexed by `index_credentials` that name `secret`."""
-    return informer.store.by_index(INDEX_CREDENTIAL, own_key(secret))
-
-
-def cached_secrets(ctx: Context, namespace: str, names: Iterable[str]) -> dict[str, dict]:
-    """The named Secrets in the cache (absent ones are left out: the builders report them,
-    and the Secret's add event reconciles the dependents again)."""
-    store = ctx.secrets().store
-    found = {name: store.get_by_name(namespace, name) for name in sorted(set(names))}
-    return {name: secret for name, secret in found.items() if secret is not None}
 
 
 async def execute(ctx: Context, gvr: GVR, plan: ChildPlan, *, owner: Mapping[str, Any],

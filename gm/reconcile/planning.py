@@ -1,6 +1,6 @@
 """Diff a CR's desired children against the observed ones: the heart of every reconcile.
 
-Pure: no I/O. A reconcile builds the desired children from the spec (gm/workers.py), reads
+Pure: no I/O. A reconcile builds the desired children from the spec (the kinds' builders), reads
 the observed ones from the informer caches, and executes the plan this module returns.
 
 Two kinds of children:

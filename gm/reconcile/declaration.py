@@ -2,7 +2,7 @@
 
 In the spirit of a controller builder (`For`, `Owns`, `Watches`), but as values: a kind
 module (gm/kinds/) fills in one `KindDeclaration` and writes two pure functions, and
-gm/controllers/reconciler.py does everything else (informers, handlers, the work queue,
+gm/reconcile/reconciler.py does everything else (informers, handlers, the work queue,
 diffing, batched writes with owner re-checks, problems as conditions and events, status
 writes, requeues). Nothing here does I/O.
 
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gm.config import GMConfig
-from gm.kube.resources import GVR
+from gm.kube.resources import GVR, sedna_gvr
 from gm.workers import WorkerConfig
 from shared import apis
 
@@ -68,10 +68,6 @@ class Watches:
     matters: Callable[[Obj, Obj], bool] = _always
     # whether its objects name Secrets (`credentialName`) that the CR then uses
     credentials: bool = True
-
-
-def sedna_gvr(kind: apis.SednaKind) -> GVR:
-    return GVR(apis.GROUP, apis.VERSION, kind.plural)
 
 
 def uses_models(api: apis.SednaKind) -> Watches:

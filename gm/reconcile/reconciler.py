@@ -11,14 +11,14 @@ everything from the caches:
 2. `build(cr, deps)`: the desired children per owned type, none of which may run as the
    GM's own ServiceAccount (gm/workers/template.py);
 3. per owned type, in declaration order: diff against the children the CR controls
-   (children.plan_children) and execute the plan in batches with owner re-checks
-   (common.execute), writing progress status between batches;
+   (planning.plan_children) and execute the plan in batches with owner re-checks
+   (executor.execute), writing progress status between batches;
 4. `status(cr, observed)`, written as a mutation of the latest status (`observedGeneration`
    set when every child matches the current spec and exists);
 5. not converged: look again after `requeue_after`; a `wake` deadline: look again then.
 
 A bad spec (`SpecError` from build) or a child the API server refuses becomes the kind's
-Failed condition and a Warning event (common.report_problem). The kind module holds no
+Failed condition and a Warning event (executor.report_problem). The kind module holds no
 controller code: its declaration, its build and its status are all there is to a kind.
 
 Informers are shared: one per child type for every kind (`Context.children`, selected by
@@ -32,30 +32,22 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gm.config import GMConfig, split_list
-from gm.controllers.children import outdated, plan_children
-from gm.controllers.common import (
-    NODES,
-    Context,
-    cached_secrets,
-    children_by_name,
-    credential_names,
-    execute,
-    index_credentials,
-    on_any_change,
-    own_key,
-    owner_key,
-    report_problem,
-    split,
-    using_secret,
-    write_status,
-)
-from gm.controllers.declare import Dependencies, KindDeclaration, Observed, Owns, Watches, sedna_gvr
-from gm.controllers.problems import PROBLEMS, Problem
-from gm.controllers.runner import Requeue, TemporaryError
 from gm.edge.reports import edge_view
 from gm.kube.errors import ApiError, Conflict, NotFound
 from gm.kube.informer import SharedInformer
-from gm.kube.resources import GVR
+from gm.kube.resources import GVR, NODES, sedna_gvr
+from gm.reconcile.context import Context, children_by_name, on_any_change, own_key, owner_key, split
+from gm.reconcile.credentials import (
+    cached_secrets,
+    credential_names,
+    index_credentials,
+    using_secret,
+)
+from gm.reconcile.declaration import Dependencies, KindDeclaration, Observed, Owns, Watches
+from gm.reconcile.executor import execute, report_problem, write_status
+from gm.reconcile.planning import outdated, plan_children
+from gm.reconcile.problems import PROBLEMS, Problem
+from gm.reconcile.runner import Requeue, TemporaryError
 from gm.workers.template import ServiceAccountRef, refuse_service_account
 from shared import apis
 from shared.logs import event

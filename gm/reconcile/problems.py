@@ -11,7 +11,7 @@ Two sources stop a reconcile on something the user (or time) must fix:
   or creating the account fixes it without an edit of the CR.
 
 Both become a `Problem` (a CamelCase reason, a message, whether time alone can fix it);
-`common.report_problem` writes it as a condition and a Warning event, then ends the
+`executor.report_problem` writes it as a condition and a Warning event, then ends the
 reconcile with its outcome: a retryable problem backs off, any other waits for a change.
 """
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gm.controllers.runner import PermanentError, TemporaryError
 from gm.kube.errors import ApiError
+from gm.reconcile.runner import PermanentError, TemporaryError
 from gm.workers import SpecError
 
 MAX_MESSAGE = 512  # a condition message quotes the server; keep it readable
