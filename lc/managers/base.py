@@ -4,10 +4,11 @@ A manager owns one Sedna kind on this node. The dispatcher persists downstream o
 and then tells the manager (`upsert`/`delete`); for worker reports it asks the manager
 which outbox entries the report becomes. Managers never touch HTTP or the link.
 
-A manager's per-object background work (a dataset monitor) runs under `supervise`: its
-policy is restart with backoff, since one object's monitor crashing on a bug must not
-end that object's reports for the life of the LC. The manager owns and cancels the
-returned supervisor task as it would the plain task.
+A manager's per-object background work (a dataset monitor, a learning job) is an
+`ObjectLoop`, held with its task in the manager's `Loops`. The task runs under `supervise`:
+its policy is restart with backoff, since one object's loop crashing on a bug must not end
+that object's reports for the life of the LC. The manager owns and cancels the returned
+supervisor task as it would the plain task.
 
 Managers whose work opens files the objects name (dataset monitors, learning jobs) share a
 `FileWork`: the caps, the daemon threads that read (lc/files.py), and the `Confirmations` that
@@ -21,10 +22,11 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from lc.files import DEFAULT_LIMITS, FileLimits, Workers
 from lc.report import WorkerReport
+from lc.store import Store
 from shared.apis import canonical_kind
 from shared.tasks import Restart, Supervised
 
@@ -151,3 +153,116 @@ class FileWork:
     limits: FileLimits = DEFAULT_LIMITS
     workers: Workers = field(default_factory=Workers)
     confirmations: Confirmations = field(default_factory=lambda: Confirmations(everything=True))
+
+
+class ObjectLoop:
+    """One object's loop on this node: once the GM confirmed the object, `step` now and then
+    every `period()` seconds, or sooner when woken, until cancelled. A subclass's `step`
+    holds `_stepping` (one step at a time: no duplicate reports) and logs through
+    `_log_error`, which logs a problem when it first appears or changes."""
+
+    kind = ""  # the object's kind, as Confirmations know it
+
+    def __init__(self, store: Store, namespace: str, name: str, obj: dict[str, Any], *,
+                 rootfs: str, work: FileWork | None = None) -> None:
+        self.namespace, self.name = namespace, name
+        self.obj = obj
+        self._store = store
+        self._rootfs = rootfs
+        self._work = work or FileWork()
+        self._wake = asyncio.Event()
+        self._stepping = asyncio.Lock()
+        self._last_error: str | None = None  # the problem last logged; None once a step went well
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def task_name(self) -> str:
+        """The name of the loop's task."""
+        raise NotImplementedError
+
+    def period(self) -> float:
+        """Seconds from one step to the next."""
+        raise NotImplementedError
+
+    async def step(self) -> None:
+        """One pass over the object."""
+        raise NotImplementedError
+
+    def _problem(self, error: str) -> None:
+        """Log a problem the loop has not logged just before (at WARNING)."""
+        raise NotImplementedError
+
+    async def run(self) -> None:
+        """Once the GM confirmed the object, step now and then every period (or sooner when
+        woken) until cancelled."""
+        await self._work.confirmations.wait(self.kind, self.namespace, self.name)
+        await every(self.period, self._wake, self.step)
+
+    def _log_error(self, error: str) -> None:
+        # Logged when the error first appears or changes, not on every step.
+        if error != self._last_error:
+            self._problem(error)
+        self._last_error = error
+
+
+L = TypeVar("L", bound=ObjectLoop)
+LoopKey = tuple[str, str]  # (namespace, name)
+
+
+class Loops(Generic[L]):
+    """A manager's per-object loops and their supervised tasks.
+
+    Invariant: while started, every loop held has exactly one task; before `start` and after
+    `stop`, none has."""
+
+    __slots__ = ("_loops", "_tasks", "_started")
+
+    def __init__(self, *, started: bool = True) -> None:
+        self._loops: dict[LoopKey, L] = {}
+        self._tasks: dict[LoopKey, asyncio.Task[None]] = {}
+        self._started = started
+
+    def get(self, namespace: str, name: str) -> L | None:
+        return self._loops.get((namespace, name))
+
+    def add(self, loop: L) -> None:
+        """Hold `loop` (a new object's), and run it if started."""
+        key = (loop.namespace, loop.name)
+        self._loops[key] = loop
+        if self._started:
+            self._run(key)
+
+    def start(self) -> None:
+        """Run every loop held, and every later one at once."""
+        self._started = True
+        for key in self._loops:
+            self._run(key)
+
+    async def remove(self, namespace: str, name: str) -> L | None:
+        """Forget the object's loop and cancel its task; the loop, if there was one."""
+        loop = self._loops.pop((namespace, name), None)
+        task = self._tasks.pop((namespace, name), None)
+        if task is not None:
+            await cancel(task)
+        return loop
+
+    async def stop(self) -> None:
+        """Cancel every task and forget every loop."""
+        tasks, self._tasks, self._loops, self._started = self._tasks, {}, {}, False
+        for task in tasks.values():
+            await cancel(task)
+
+    def _run(self, key: LoopKey) -> None:
+        if key not in self._tasks:
+            loop = self._loops[key]
+            self._tasks[key] = supervise(loop.run, name=loop.task_name)
+
+
+async def cancel(task: asyncio.Task[None]) -> None:
+    """Cancel `task` and wait until it ended."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -33,8 +33,6 @@ successful count is reported even if unchanged, so the GM can clear the conditio
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import logging
 import threading
@@ -44,7 +42,7 @@ from urllib.parse import urlsplit
 from lc import files
 from lc.errors import DatasetError, PathEscapeError, StoreError
 from lc.files import DEFAULT_LIMITS, Caps, FileLimits, FileRefused
-from lc.managers.base import FileWork, Outgoing, every, supervise
+from lc.managers.base import FileWork, Loops, ObjectLoop, Outgoing
 from lc.report import WorkerReport
 from lc.rootfs import host_to_local
 from lc.store import Store
@@ -140,28 +138,23 @@ def scan(obj: dict[str, Any], rootfs: str, *, limits: FileLimits = DEFAULT_LIMIT
     return count_samples(host_to_local(rootfs, url), fmt, limits.index, name=url, stop=stop)
 
 
-class DatasetMonitor:
+class DatasetMonitor(ObjectLoop):
     """One dataset's periodic re-count; reports to the outbox when the count changes."""
+
+    kind = KIND
 
     def __init__(self, store: Store, namespace: str, name: str, obj: dict[str, Any], *,
                  rootfs: str, period: float, reported: int, error: Problem | None = None,
                  work: FileWork | None = None) -> None:
-        self.namespace, self.name = namespace, name
-        self.obj = obj
+        super().__init__(store, namespace, name, obj, rootfs=rootfs, work=work)
         self.reported = reported  # last count the GM was sent (0 = none, as upstream)
         self.error = error  # the problem last reported to the GM, None once a count cleared it
-        self._store = store
-        self._rootfs = rootfs
         self._period = period
-        self._work = work or FileWork()
-        self._wake = asyncio.Event()
-        self._scanning = asyncio.Lock()  # one count at a time: no duplicate reports
-        self._last_error: str | None = None
         self.scans = 0
 
     @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+    def task_name(self) -> str:
+        return f"dataset-monitor:{self.key}"
 
     def update(self, obj: dict[str, Any]) -> None:
         """Take a newer object; re-count at once if its spec changed or it is a new object."""
@@ -173,15 +166,15 @@ class DatasetMonitor:
         if changed:
             self._wake.set()
 
-    async def run(self) -> None:
-        """Once the GM confirmed the dataset, scan now and then every period (or sooner when
-        woken) until cancelled."""
-        await self._work.confirmations.wait(KIND, self.namespace, self.name)
-        await every(lambda: self._period, self._wake, self.scan_once)
+    def period(self) -> float:
+        return self._period
+
+    async def step(self) -> None:
+        await self.scan_once()
 
     async def scan_once(self) -> None:
         """One pass: count, and report upstream if the count or the problem changed."""
-        async with self._scanning:
+        async with self._stepping:
             await self._scan()
 
     async def _scan(self) -> None:
@@ -227,11 +220,8 @@ class DatasetMonitor:
             event(log, "dataset problem reported", key=self.key, reason=problem["reason"])
         self.reported, self.error = count, problem
 
-    def _log_error(self, error: str) -> None:
-        # Logged when the error first appears or changes, not on every period.
-        if error != self._last_error:
-            event(log, "dataset scan failed", level=logging.WARNING, key=self.key, error=error)
-        self._last_error = error
+    def _problem(self, error: str) -> None:
+        event(log, "dataset scan failed", level=logging.WARNING, key=self.key, error=error)
 
 
 class DatasetManager:
@@ -246,23 +236,20 @@ class DatasetManager:
         self._rootfs = rootfs
         self._period = period
         self._work = work or FileWork()
-        self._monitors: dict[tuple[str, str], tuple[DatasetMonitor, asyncio.Task[None]]] = {}
+        self._monitors: Loops[DatasetMonitor] = Loops()
 
     def monitor(self, namespace: str, name: str) -> DatasetMonitor | None:
-        entry = self._monitors.get((namespace, name))
-        return entry[0] if entry else None
+        return self._monitors.get(namespace, name)
 
     async def upsert(self, namespace: str, name: str, obj: dict[str, Any]) -> None:
-        entry = self._monitors.get((namespace, name))
-        if entry is not None:
-            entry[0].update(obj)
+        monitor = self._monitors.get(namespace, name)
+        if monitor is not None:
+            monitor.update(obj)
             return
         reported, error = await self._reported(namespace, name, obj)
-        monitor = DatasetMonitor(self._store, namespace, name, obj, rootfs=self._rootfs,
-                                 period=self._period, reported=reported, error=error,
-                                 work=self._work)
-        task = supervise(monitor.run, name=f"dataset-monitor:{namespace}/{name}")
-        self._monitors[(namespace, name)] = (monitor, task)
+        self._monitors.add(DatasetMonitor(self._store, namespace, name, obj, rootfs=self._rootfs,
+                                          period=self._period, reported=reported, error=error,
+                                          work=self._work))
 
     async def _reported(self, namespace: str, name: str,
                         obj: dict[str, Any]) -> tuple[int, Problem | None]:
@@ -274,21 +261,11 @@ class DatasetManager:
         return int(state.get("reported", 0)), error if isinstance(error, dict) else None
 
     async def delete(self, namespace: str, name: str) -> None:
-        entry = self._monitors.pop((namespace, name), None)
-        if entry is not None:
-            await _cancel(entry[1])
+        await self._monitors.remove(namespace, name)
 
     def report_entries(self, report: WorkerReport, *, namespace: str,
                        name: str) -> list[Outgoing]:
         return []  # upstream ignores worker reports about datasets
 
     async def stop(self) -> None:
-        monitors, self._monitors = self._monitors, {}
-        for _, task in monitors.values():
-            await _cancel(task)
-
-
-async def _cancel(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+        await self._monitors.stop()

@@ -4,7 +4,6 @@ once per condition."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import logging
@@ -14,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from lc.errors import LCError, LearningError
-from lc.managers.base import FileWork, every
+from lc.managers.base import FileWork, ObjectLoop
 from lc.managers.dataset import uid_of
 from lc.managers.learning.kind import LearningKind, Tick
 from lc.managers.learning.samples import read_samples, split_new
@@ -31,28 +30,22 @@ DEPLOY_NODE_ANNOTATION = "sedna.io/Deploy"
 DEPLOY_NODE_PATH = ("deploySpec", "template", "spec", "nodeName")
 
 
-class LearningJob:
+class LearningJob(ObjectLoop):
     """One job's periodic tick: take new samples, decide the current stage, report once."""
 
     def __init__(self, store: Store, learning: LearningKind, namespace: str, name: str,
                  obj: dict[str, Any], state: JobState, *, rootfs: str, node: str,
                  work: FileWork | None = None) -> None:
-        self.namespace, self.name = namespace, name
-        self.obj = obj
+        super().__init__(store, namespace, name, obj, rootfs=rootfs, work=work)
+        self.kind = learning.kind
         self.state = state
         self.ticks = 0
-        self._store = store
         self._learning = learning
-        self._rootfs = rootfs
         self._node = node
-        self._work = work or FileWork()
-        self._wake = asyncio.Event()
-        self._ticking = asyncio.Lock()  # one tick at a time: no duplicate reports
-        self._last_error: str | None = None
 
     @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+    def task_name(self) -> str:
+        return f"learning-job:{self.kind}:{self.key}"
 
     def update(self, obj: dict[str, Any]) -> None:
         """Take the GM's newer object (its conditions move the stage) and look at once."""
@@ -61,14 +54,17 @@ class LearningJob:
         self.obj = obj
         self._wake.set()
 
-    async def run(self) -> None:
-        """Once the GM confirmed the job, decide now and then every train-trigger check period
-        (or when the GM sends a newer job)."""
-        await self._work.confirmations.wait(self._learning.kind, self.namespace, self.name)
-        await every(lambda: self._learning.check_period(self.obj), self._wake, self.tick)
+    def period(self) -> float:
+        """The train trigger's check period: the job decides now and then that often (or when
+        the GM sends a newer job)."""
+        return self._learning.check_period(self.obj)
+
+    async def step(self) -> None:
+        await self.tick()
 
     async def tick(self, now: datetime | None = None) -> None:
-        async with self._ticking:
+        """One pass: take the new samples, then decide the stage if it is this LC's to decide."""
+        async with self._stepping:
             try:
                 await self._tick(now or datetime.now().astimezone())
             except (LearningError, LCError) as exc:
@@ -153,9 +149,6 @@ class LearningJob:
             await self._store.put_state(self._learning.kind, self.namespace, self.name,
                                         self.state.to_json())
 
-    def _log_error(self, error: str) -> None:
-        # Logged when the error first appears or changes, not on every tick.
-        if error != self._last_error:
-            event(log, "learning job cannot proceed", level=logging.WARNING, key=self.key,
-                  kind=self._learning.kind, error=error)
-        self._last_error = error
+    def _problem(self, error: str) -> None:
+        event(log, "learning job cannot proceed", level=logging.WARNING, key=self.key,
+              kind=self._learning.kind, error=error)

@@ -3,15 +3,13 @@ resumed every stored object, and the worker reports relayed as upstream does."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import logging
 import threading
 from typing import Any
 
 from lc.errors import LearningError, StoreError
-from lc.managers.base import FileWork, Outgoing, supervise
+from lc.managers.base import FileWork, Loops, Outgoing
 from lc.managers.dataset import uid_of
 from lc.managers.forward import status_body
 from lc.managers.learning.kind import LearningKind
@@ -43,21 +41,17 @@ class LearningManager:
         self._rootfs = rootfs
         self._node = node
         self._work = work or FileWork()
-        self._started = False
-        self._jobs: dict[tuple[str, str], LearningJob] = {}
-        self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}  # once started
+        self._jobs: Loops[LearningJob] = Loops(started=False)
 
     def job(self, namespace: str, name: str) -> LearningJob | None:
-        return self._jobs.get((namespace, name))
+        return self._jobs.get(namespace, name)
 
     def start(self) -> None:
         """Start the job loops (and every later job's at once)."""
-        self._started = True
-        for key in self._jobs:
-            self._run(key)
+        self._jobs.start()
 
     async def upsert(self, namespace: str, name: str, obj: dict[str, Any]) -> None:
-        job = self._jobs.get((namespace, name))
+        job = self._jobs.get(namespace, name)
         if job is not None:
             job.update(obj)
             return
@@ -67,23 +61,13 @@ class LearningManager:
             event(log, "learning job state unreadable, starting afresh", level=logging.WARNING,
                   key=f"{namespace}/{name}", error=str(exc))
             stored = None
-        self._jobs[(namespace, name)] = LearningJob(
+        self._jobs.add(LearningJob(
             self._store, self._learning, namespace, name, obj,
             JobState.from_json(stored, uid_of(obj)), rootfs=self._rootfs, node=self._node,
-            work=self._work)
-        if self._started:
-            self._run((namespace, name))
-
-    def _run(self, key: tuple[str, str]) -> None:
-        if key not in self._tasks:
-            self._tasks[key] = supervise(self._jobs[key].run,
-                                         name=f"learning-job:{self.kind}:{key[0]}/{key[1]}")
+            work=self._work))
 
     async def delete(self, namespace: str, name: str) -> None:
-        job = self._jobs.pop((namespace, name), None)
-        task = self._tasks.pop((namespace, name), None)
-        if task is not None:
-            await _cancel(task)
+        job = await self._jobs.remove(namespace, name)
         if job is None:
             return
         try:
@@ -100,12 +84,4 @@ class LearningManager:
                          status_body(report, include_models=self.include_models))]
 
     async def stop(self) -> None:
-        tasks, self._tasks, self._started = self._tasks, {}, False
-        for task in tasks.values():
-            await _cancel(task)
-
-
-async def _cancel(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+        await self._jobs.stop()
