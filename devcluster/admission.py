@@ -37,8 +37,8 @@ from typing import Any
 
 from devcluster import podsecurity
 from devcluster.errors import ApiError, forbidden_object, invalid
+from devcluster.machinery.resource import ResourceType
 from devcluster.objmeta import generated_name
-from devcluster.registry import ResourceType
 
 POD_KEY = ("", "pods")
 NS_KEY = ("", "namespaces")

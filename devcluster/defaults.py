@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from devcluster import rbac
 from devcluster.configdata import fold_string_data
 
 
@@ -327,15 +326,7 @@ DEFAULTERS: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {
     ("autoscaling", "horizontalpodautoscalers"): default_hpa,
     ("coordination.k8s.io", "leases"): default_lease,
     ("scheduling.k8s.io", "priorityclasses"): default_priority_class,
-    **rbac.DEFAULTERS,
 }
-
-
-def apply_builtin_defaults(key: tuple[str, str], obj: dict[str, Any]) -> None:
-    fn = DEFAULTERS.get(key) or _workloads().DEFAULTERS.get(key)
-    if fn is not None:
-        fn(obj)
-    drop_empty_metadata(obj)
 
 
 # ObjectMeta's maps and lists are `omitempty`: an emptied one is not written at all
@@ -375,11 +366,8 @@ def qos_class(spec: dict[str, Any]) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
-def initial_status(key: tuple[str, str], obj: dict[str, Any], body_status: Any) -> Any:
-    """The status a built-in object starts with (spec §4.3); None means no status key."""
-    workload_status = _workloads().INITIAL_STATUS.get(key)
-    if workload_status is not None:
-        return workload_status()
+def core_initial_status(key: tuple[str, str], obj: dict[str, Any], body_status: Any) -> Any:
+    """The status a core or apps object starts with (spec §4.3); None means no status key."""
     if key == ("", "pods"):
         return {"phase": "Pending", "qosClass": qos_class(obj.get("spec") or {})}
     if key in (("apps", "deployments"), ("apps", "replicasets"), ("autoscaling", "horizontalpodautoscalers")):
@@ -391,10 +379,3 @@ def initial_status(key: tuple[str, str], obj: dict[str, Any], body_status: Any) 
     if key == ("apiextensions.k8s.io", "customresourcedefinitions"):
         return None  # computed by the CRD registration
     return body_status  # nodes and kinds without a status subresource keep what was sent
-
-
-def _workloads() -> Any:
-    """DaemonSet/Job/CronJob rules live in `workloads` (which imports this module)."""
-    from devcluster import workloads
-
-    return workloads

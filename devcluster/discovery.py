@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from devcluster.registry import SUBRESOURCE_VERBS, VERBS, Registry, ResourceType
+from devcluster.machinery.resource import ResourceType
+from devcluster.registry import SUBRESOURCE_VERBS, VERBS, Registry
 
 AGGREGATED_CONTENT_TYPE = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 

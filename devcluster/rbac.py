@@ -14,7 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from devcluster.errors import FieldError
-from devcluster.registry import ResourceType
+from devcluster.machinery.fielderrors import as_list, unsupported_value
+from devcluster.machinery.resource import ResourceType
 
 GROUP = "rbac.authorization.k8s.io"
 SUBJECT_KINDS = ("ServiceAccount", "User", "Group")
@@ -82,41 +83,32 @@ DEFAULTERS: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {
 
 # -- validation ---------------------------------------------------------------------------------
 
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _unsupported(path: str, value: Any, supported: tuple[str, ...]) -> FieldError:
-    listed = ", ".join(f'"{s}"' for s in supported)
-    return FieldError(path, "Unsupported value", f"supported values: {listed}", value, True)
-
-
 def _rule_errors(rule: Any, path: str, namespaced: bool) -> list[FieldError]:
     rule = rule if isinstance(rule, dict) else {}
     errors = []
-    if not _list(rule.get("verbs")):
+    if not as_list(rule.get("verbs")):
         errors.append(FieldError(f"{path}.verbs", "Required value", "verbs must contain at least one value"))
-    urls = _list(rule.get("nonResourceURLs"))
+    urls = as_list(rule.get("nonResourceURLs"))
     if urls:
         if namespaced:
             errors.append(FieldError(f"{path}.nonResourceURLs", "Invalid value",
                                      "namespaced rules cannot apply to non-resource URLs", _go_strings(urls), True))
-        if any(_list(rule.get(k)) for k in ("apiGroups", "resources", "resourceNames")):
+        if any(as_list(rule.get(k)) for k in ("apiGroups", "resources", "resourceNames")):
             errors.append(FieldError(f"{path}.nonResourceURLs", "Invalid value",
                                      "rules cannot apply to both regular resources and non-resource URLs",
                                      _go_strings(urls), True))
         return errors
-    if not _list(rule.get("apiGroups")):
+    if not as_list(rule.get("apiGroups")):
         errors.append(FieldError(f"{path}.apiGroups", "Required value",
                                  "resource rules must supply at least one api group"))
-    if not _list(rule.get("resources")):
+    if not as_list(rule.get("resources")):
         errors.append(FieldError(f"{path}.resources", "Required value",
                                  "resource rules must supply at least one resource"))
     return errors
 
 
 def _rules_errors(obj: dict[str, Any], namespaced: bool) -> list[FieldError]:
-    return [e for i, rule in enumerate(_list(obj.get("rules"))) for e in _rule_errors(rule, f"rules[{i}]", namespaced)]
+    return [e for i, rule in enumerate(as_list(obj.get("rules"))) for e in _rule_errors(rule, f"rules[{i}]", namespaced)]
 
 
 def validate_role(obj: dict[str, Any]) -> list[FieldError]:
@@ -131,9 +123,9 @@ def _role_ref_errors(ref: Any, kinds: tuple[str, ...]) -> list[FieldError]:
     ref = ref if isinstance(ref, dict) else {}
     errors = []
     if ref.get("apiGroup") != GROUP:
-        errors.append(_unsupported("roleRef.apiGroup", ref.get("apiGroup") or "", (GROUP,)))
+        errors.append(unsupported_value("roleRef.apiGroup", ref.get("apiGroup") or "", (GROUP,)))
     if ref.get("kind") not in kinds:
-        errors.append(_unsupported("roleRef.kind", ref.get("kind") or "", kinds))
+        errors.append(unsupported_value("roleRef.kind", ref.get("kind") or "", kinds))
     name = ref.get("name")
     if not name:
         errors.append(FieldError("roleRef.name", "Required value"))
@@ -148,21 +140,21 @@ def _subject_errors(subject: Any, path: str, namespaced: bool) -> list[FieldErro
     kind, group = s.get("kind"), s.get("apiGroup") or ""
     if kind == "ServiceAccount":
         if group:
-            errors.append(_unsupported(f"{path}.apiGroup", group, ("",)))
+            errors.append(unsupported_value(f"{path}.apiGroup", group, ("",)))
         if not namespaced and not s.get("namespace"):
             errors.append(FieldError(f"{path}.namespace", "Required value"))
     elif kind in ("User", "Group"):
         if group != GROUP:
-            errors.append(_unsupported(f"{path}.apiGroup", group, (GROUP,)))
+            errors.append(unsupported_value(f"{path}.apiGroup", group, (GROUP,)))
     else:
-        errors.append(_unsupported(f"{path}.kind", kind or "", SUBJECT_KINDS))
+        errors.append(unsupported_value(f"{path}.kind", kind or "", SUBJECT_KINDS))
     return errors
 
 
 def _binding_errors(obj: dict[str, Any], namespaced: bool) -> list[FieldError]:
     kinds = ("Role", "ClusterRole") if namespaced else ("ClusterRole",)
     errors = _role_ref_errors(obj.get("roleRef"), kinds)
-    for i, subject in enumerate(_list(obj.get("subjects"))):
+    for i, subject in enumerate(as_list(obj.get("subjects"))):
         errors += _subject_errors(subject, f"subjects[{i}]", namespaced)
     return errors
 
@@ -201,7 +193,7 @@ def binding_cells(obj: dict[str, Any]) -> tuple[str, str, str, str]:
     """ROLE, USERS, GROUPS, SERVICEACCOUNTS cells of a binding's table row (as kubectl shows them)."""
     ref = obj.get("roleRef") or {}
     by_kind: dict[str, list[str]] = {k: [] for k in SUBJECT_KINDS}
-    for s in _list(obj.get("subjects")):
+    for s in as_list(obj.get("subjects")):
         if isinstance(s, dict) and s.get("kind") in by_kind:
             name = s.get("name", "")
             if s["kind"] == "ServiceAccount":

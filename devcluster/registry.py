@@ -9,63 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
+from devcluster import rbac
 from devcluster.errors import path_not_found
+from devcluster.machinery.resource import ResourceType
 
 VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 SUBRESOURCE_VERBS = ("get", "patch", "update")
-
-
-@dataclass(frozen=True, slots=True)
-class ResourceType:
-    """One served resource. Frozen: a CRD update registers a new instance."""
-
-    group: str  # "" for the core group
-    version: str
-    resource: str  # plural, e.g. "deployments"
-    kind: str
-    namespaced: bool
-    singular: str = ""
-    short_names: tuple[str, ...] = ()
-    categories: tuple[str, ...] = ()
-    status: bool = False  # serves the /status subresource; the main endpoint ignores status
-    scale: bool = False  # serves the /scale subresource (autoscaling/v1 Scale)
-    generation: bool = False  # keeps metadata.generation (as the real strategies do: not Services, Namespaces)
-    crd: bool = False
-    schema: dict[str, Any] | None = field(default=None, compare=False, hash=False)
-    printer_columns: tuple[dict[str, Any], ...] = field(default=(), compare=False, hash=False)
-    # Extra subresources with their own verbs, e.g. pods: (("binding", ("create",)), ("log", ("get",))).
-    extra_subresources: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    # CR scale subresource paths (JSON paths as in the CRD, e.g. ".spec.replicas").
-    scale_spec_path: str = ".spec.replicas"
-    scale_status_path: str = ".status.replicas"
-    scale_selector_path: str = ""
-    storage: bool = True  # the version whose apiVersion stored objects carry
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def list_kind(self) -> str:
-        return self.kind + "List"
-
-    @property
-    def gv_path(self) -> str:
-        """URL prefix of the group-version: `/api/v1` or `/apis/<group>/<version>`."""
-        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-
-    @property
-    def qualified(self) -> str:
-        """`resource[.group]`, as error messages name it."""
-        return f"{self.resource}.{self.group}" if self.group else self.resource
-
-    @property
-    def key(self) -> tuple[str, str]:
-        """Storage key of the resource: every served version shares one set of objects."""
-        return (self.group, self.resource)
 
 
 def _rt(group: str, version: str, resource: str, kind: str, namespaced: bool = True, **kw: Any) -> ResourceType:
@@ -110,14 +61,8 @@ def builtin_types() -> list[ResourceType]:
             generation=True),
         _rt("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False,
             short_names=("crd", "crds"), categories=("api-extensions",), status=True, generation=True),
-        *_rbac_types(),
+        *rbac.resource_types(),
     ]
-
-
-def _rbac_types() -> list[ResourceType]:
-    from devcluster import rbac  # rbac builds ResourceTypes: imported once this module is loaded
-
-    return rbac.resource_types()
 
 
 _VERSION_RE = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from devcluster.errors import ApiError, bad_request
-from devcluster.validation import label_value_errors, qualified_name_errors
+from devcluster.machinery.names import label_value_errors, qualified_name_errors
 
 __all__ = [
     "Requirement",

@@ -56,8 +56,8 @@ from devcluster.httputil import (
     wants_aggregated,
     wants_table,
 )
+from devcluster.machinery.resource import ResourceType
 from devcluster.managedfields import manager_name
-from devcluster.registry import ResourceType
 from devcluster.store import Store
 from devcluster.tokenreview import TokenAuthority
 from devcluster.watch import WatchEvent

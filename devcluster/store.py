@@ -20,7 +20,7 @@ import orjson
 from devcluster import crds, managedfields, rules
 from devcluster.allocator import AllocationError, ServiceAllocator
 from devcluster.apply import server_side_apply
-from devcluster.defaults import admit_pod, apply_builtin_defaults, initial_status, sync_app_armor
+from devcluster.defaults import admit_pod, sync_app_armor
 from devcluster.errors import (
     ApiError,
     FieldError,
@@ -36,12 +36,13 @@ from devcluster.errors import (
     unsupported_media,
 )
 from devcluster.history import History
+from devcluster.machinery.resource import ResourceType
 from devcluster.objmeta import generated_name, micro_time, new_uid, rfc3339
 from devcluster.pager import Page, Pager
 from devcluster.patch import json_patch, merge_patch, strategic_merge_patch
-from devcluster.registry import Registry, ResourceType
+from devcluster.registry import Registry
 from devcluster.selectors import LabelSelector, parse_field_selector, parse_label_selector
-from devcluster.validation import validate_crd, validate_object
+from devcluster.strategy.dispatch import apply_builtin_defaults, initial_status, validate_object
 from devcluster.watch import Watch, WatchEvent, _with_rv
 
 log = logging.getLogger(__name__)
@@ -826,7 +827,7 @@ class Store:
         if rt.crd:
             errors = errors + crds.validate_cr(rt, obj)
         elif rt.key == CRD_KEY:
-            errors = errors + validate_crd(obj)
+            errors = errors + crds.validate_crd(obj)
         if errors:
             raise invalid(rt.kind, rt.group, obj["metadata"].get("name", ""), errors)
 

@@ -32,8 +32,8 @@ from typing import Any
 
 from devcluster.authz import UserInfo
 from devcluster.errors import ApiError, FieldError, bad_request, conflict, invalid
+from devcluster.machinery.resource import ResourceType
 from devcluster.objmeta import rfc3339
-from devcluster.registry import ResourceType
 from devcluster.store import Store
 
 DEFAULT_AUDIENCES = ("https://kubernetes.default.svc.cluster.local",)  # the API server's own

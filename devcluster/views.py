@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from devcluster.errors import ApiError, not_found
-from devcluster.registry import ResourceType
+from devcluster.machinery.resource import ResourceType
 from devcluster.watch import WatchEvent
 
 Convert = Callable[[dict[str, Any]], dict[str, Any]]

@@ -19,7 +19,7 @@ import orjson
 from devcluster.errors import ApiError
 
 if TYPE_CHECKING:
-    from devcluster.registry import ResourceType
+    from devcluster.machinery.resource import ResourceType
 
 log = logging.getLogger(__name__)
 

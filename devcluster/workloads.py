@@ -1,7 +1,7 @@
 """Defaulting and validation of DaemonSets, Jobs and CronJobs (what the real server's strategies do).
 
-Kept apart from `defaults.py` / `validation.py`, which register these functions in their
-dispatch tables. Pure functions over plain dicts; defaulters edit the body in place and
+They build on `defaults.py` (pod templates) and `validation.py` (labels, selectors, pod
+specs); `dispatch.py` registers them with the other kinds'. Pure functions over plain dicts; defaulters edit the body in place and
 are idempotent, so an update that resends a defaulted object changes nothing.
 
 The one stateful-looking step is a Job's generated selector: on create (the uid is known
@@ -19,15 +19,17 @@ from typing import Any
 
 from devcluster.defaults import default_template, template_metadata
 from devcluster.errors import FieldError
-from devcluster.validation import (
-    _invalid,
-    _map,
-    _non_negative,
-    _required,
-    _selector_is_empty,
-    _template_matches,
-    _unsupported,
+from devcluster.machinery.fielderrors import (
+    as_map,
     go_label_selector,
+    invalid_value,
+    non_negative,
+    required_value,
+    unsupported_value,
+)
+from devcluster.validation import (
+    selector_is_empty,
+    template_matches,
     validate_label_selector,
     validate_labels,
     validate_pod_spec,
@@ -144,46 +146,46 @@ def _selector_and_template(spec: dict[str, Any], path: str, *, restart_policies:
     errors: list[FieldError] = []
     sel = spec.get("selector")
     if sel is None:
-        errors.append(_required(f"{path}.selector"))
+        errors.append(required_value(f"{path}.selector"))
     else:
         sel_errors = validate_label_selector(sel, f"{path}.selector")
         errors += sel_errors
-        if isinstance(sel, dict) and _selector_is_empty(sel):
-            errors.append(_invalid(f"{path}.selector", go_label_selector(sel),
+        if isinstance(sel, dict) and selector_is_empty(sel):
+            errors.append(invalid_value(f"{path}.selector", go_label_selector(sel),
                                    f"empty selector is invalid for {kind_word}"))
         elif not sel_errors:
             errors += [FieldError(f"{path}{e.field[4:]}", e.type, e.detail, e.value, e.has_value)
-                       for e in _template_matches(sel, spec.get("template"))]
+                       for e in template_matches(sel, spec.get("template"))]
     errors += _pod_template(spec.get("template"), f"{path}.template", restart_policies=restart_policies)
     return errors
 
 
 def _pod_template(template: Any, path: str, *, restart_policies: tuple[str, ...]) -> list[FieldError]:
     if not isinstance(template, dict):
-        return [_required(path)]
-    errors = validate_labels(_map(template.get("metadata")).get("labels"), f"{path}.metadata.labels")
+        return [required_value(path)]
+    errors = validate_labels(as_map(template.get("metadata")).get("labels"), f"{path}.metadata.labels")
     return errors + validate_pod_spec(template.get("spec"), f"{path}.spec", restart_policies=restart_policies)
 
 
 def validate_daemonset(obj: dict) -> list[FieldError]:
-    spec = _map(obj.get("spec"))
+    spec = as_map(obj.get("spec"))
     errors = _selector_and_template(spec, "spec", restart_policies=("Always",), kind_word="daemonset")
-    errors += _non_negative(spec.get("minReadySeconds"), "spec.minReadySeconds")
-    errors += _non_negative(spec.get("revisionHistoryLimit"), "spec.revisionHistoryLimit")
-    strategy = _map(spec.get("updateStrategy"))
+    errors += non_negative(spec.get("minReadySeconds"), "spec.minReadySeconds")
+    errors += non_negative(spec.get("revisionHistoryLimit"), "spec.revisionHistoryLimit")
+    strategy = as_map(spec.get("updateStrategy"))
     kind = strategy.get("type")
     if kind is not None and kind not in DS_STRATEGIES:
-        errors.append(_unsupported("spec.updateStrategy.type", kind, DS_STRATEGIES))
+        errors.append(unsupported_value("spec.updateStrategy.type", kind, DS_STRATEGIES))
     return errors
 
 
 def _validate_job_spec(spec: dict, path: str, *, need_selector: bool) -> list[FieldError]:
     errors: list[FieldError] = []
     for field in ("parallelism", "completions", "backoffLimit"):
-        errors += _non_negative(spec.get(field), f"{path}.{field}")
+        errors += non_negative(spec.get(field), f"{path}.{field}")
     ads = spec.get("activeDeadlineSeconds")
     if ads is not None and (not isinstance(ads, int) or isinstance(ads, bool) or ads <= 0):
-        errors.append(_invalid(f"{path}.activeDeadlineSeconds", ads, "must be greater than or equal to 1"))
+        errors.append(invalid_value(f"{path}.activeDeadlineSeconds", ads, "must be greater than or equal to 1"))
     if need_selector:
         errors += _selector_and_template(spec, path, restart_policies=POD_RESTART_POLICIES, kind_word="job")
     else:
@@ -194,33 +196,33 @@ def _validate_job_spec(spec: dict, path: str, *, need_selector: bool) -> list[Fi
 def _job_restart_policy(template: Any, path: str) -> list[FieldError]:
     """A Job's pods must not restart in place: Always (the pod default) is a required change,
     as kube-apiserver words it; any other value a pod takes but a Job does not is unsupported."""
-    policy = _map(_map(template).get("spec")).get("restartPolicy")
+    policy = as_map(as_map(template).get("spec")).get("restartPolicy")
     if policy == "Always":
         listed = ", ".join(f'"{p}"' for p in JOB_RESTART_POLICIES)
         return [FieldError(path, "Required value", f"valid values: {listed}")]
     if isinstance(policy, str) and policy not in JOB_RESTART_POLICIES:
-        return [_unsupported(path, policy, JOB_RESTART_POLICIES)]
+        return [unsupported_value(path, policy, JOB_RESTART_POLICIES)]
     return []
 
 
 def validate_job(obj: dict) -> list[FieldError]:
-    return _validate_job_spec(_map(obj.get("spec")), "spec", need_selector=True)
+    return _validate_job_spec(as_map(obj.get("spec")), "spec", need_selector=True)
 
 
 def validate_job_update(obj: dict, old: dict) -> list[FieldError]:
-    new_spec, old_spec = _map(obj.get("spec")), _map(old.get("spec"))
+    new_spec, old_spec = as_map(obj.get("spec")), as_map(old.get("spec"))
     errors: list[FieldError] = []
     if new_spec.get("selector") != old_spec.get("selector"):
-        errors.append(_invalid("spec.selector", go_label_selector(new_spec.get("selector")), "field is immutable"))
+        errors.append(invalid_value("spec.selector", go_label_selector(new_spec.get("selector")), "field is immutable"))
     if new_spec.get("template") != old_spec.get("template") and not old_spec.get("suspend"):
-        errors.append(_invalid("spec.template", "core.PodTemplateSpec{...}", "field is immutable"))
+        errors.append(invalid_value("spec.template", "core.PodTemplateSpec{...}", "field is immutable"))
     return errors
 
 
 def validate_daemonset_update(obj: dict, old: dict) -> list[FieldError]:
-    new_sel = _map(obj.get("spec")).get("selector")
-    if new_sel != _map(old.get("spec")).get("selector"):
-        return [_invalid("spec.selector", go_label_selector(new_sel), "field is immutable")]
+    new_sel = as_map(obj.get("spec")).get("selector")
+    if new_sel != as_map(old.get("spec")).get("selector"):
+        return [invalid_value("spec.selector", go_label_selector(new_sel), "field is immutable")]
     return []
 
 
@@ -244,22 +246,22 @@ def schedule_errors(schedule: str) -> str | None:
 
 
 def validate_cronjob(obj: dict) -> list[FieldError]:
-    spec = _map(obj.get("spec"))
+    spec = as_map(obj.get("spec"))
     errors: list[FieldError] = []
     schedule = spec.get("schedule")
     if not schedule:
-        errors.append(_required("spec.schedule"))
+        errors.append(required_value("spec.schedule"))
     elif not isinstance(schedule, str) or schedule_errors(schedule):
-        errors.append(_invalid("spec.schedule", schedule, schedule_errors(str(schedule)) or "must be a string"))
+        errors.append(invalid_value("spec.schedule", schedule, schedule_errors(str(schedule)) or "must be a string"))
     policy = spec.get("concurrencyPolicy")
     if policy is not None and policy not in CONCURRENCY_POLICIES:
-        errors.append(_unsupported("spec.concurrencyPolicy", policy, CONCURRENCY_POLICIES))
+        errors.append(unsupported_value("spec.concurrencyPolicy", policy, CONCURRENCY_POLICIES))
     for field in ("startingDeadlineSeconds", "successfulJobsHistoryLimit", "failedJobsHistoryLimit"):
-        errors += _non_negative(spec.get(field), f"spec.{field}")
+        errors += non_negative(spec.get(field), f"spec.{field}")
     tmpl = spec.get("jobTemplate")
     if not isinstance(tmpl, dict):
-        return errors + [_required("spec.jobTemplate")]
-    return errors + _validate_job_spec(_map(tmpl.get("spec")), "spec.jobTemplate.spec", need_selector=False)
+        return errors + [required_value("spec.jobTemplate")]
+    return errors + _validate_job_spec(as_map(tmpl.get("spec")), "spec.jobTemplate.spec", need_selector=False)
 
 
 VALIDATORS: dict[tuple[str, str], Callable[[dict], list[FieldError]]] = {

@@ -13,7 +13,7 @@ from typing import Any
 
 from devcluster.controllers.meta import controller_ref, get_controller_of, is_deleting, labels_of
 from devcluster.errors import ApiError
-from devcluster.registry import ResourceType
+from devcluster.machinery.resource import ResourceType
 from devcluster.selectors import label_selector_from_object
 
 

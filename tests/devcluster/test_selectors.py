@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from devcluster.errors import ApiError
-from devcluster.registry import ResourceType
+from devcluster.machinery.resource import ResourceType
 from devcluster.selectors import (
     label_selector_from_object,
     parse_field_selector,

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from devcluster.registry import ResourceType
+from devcluster.machinery.resource import ResourceType
 from devcluster.tables import column_definitions, human_age, to_table
 
 PODS = ResourceType("", "v1", "pods", "Pod", True)

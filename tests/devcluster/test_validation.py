@@ -6,8 +6,9 @@ import copy
 
 import pytest
 
-from devcluster.registry import ResourceType
-from devcluster.validation import validate_crd, validate_object
+from devcluster.crds import validate_crd
+from devcluster.machinery.resource import ResourceType
+from devcluster.strategy.dispatch import validate_object
 
 PODS = ResourceType("", "v1", "pods", "Pod", True)
 SERVICES = ResourceType("", "v1", "services", "Service", True)

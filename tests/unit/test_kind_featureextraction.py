@@ -13,7 +13,7 @@ import yaml
 
 from devcluster import schema as server_schema
 from devcluster.registry import Registry
-from devcluster.validation import validate_object
+from devcluster.strategy.dispatch import validate_object
 from gm.edge.reports import ReportInvalid, metrics_report
 from gm.kinds import featureextraction as fe
 from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
