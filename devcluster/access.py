@@ -25,8 +25,8 @@ from aiohttp import web
 
 from devcluster import authz
 from devcluster.authz import Attributes, StorePolicy, UserInfo
-from devcluster.errors import ApiError, FieldError, bad_request, invalid
-from devcluster.objmeta import rfc3339
+from devcluster.machinery.errors import ApiError, FieldError, bad_request, invalid
+from devcluster.machinery.objmeta import rfc3339
 from devcluster.tokenreview import TokenAuthority
 
 log = logging.getLogger(__name__)

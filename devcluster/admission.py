@@ -36,9 +36,9 @@ from collections.abc import Callable
 from typing import Any
 
 from devcluster import podsecurity
-from devcluster.errors import ApiError, forbidden_object, invalid
+from devcluster.machinery.errors import ApiError, forbidden_object, invalid
+from devcluster.machinery.objmeta import generated_name
 from devcluster.machinery.resource import ResourceType
-from devcluster.objmeta import generated_name
 
 POD_KEY = ("", "pods")
 NS_KEY = ("", "namespaces")

@@ -19,7 +19,8 @@ from typing import Any
 
 import orjson
 
-from devcluster.errors import ApiError, bad_request
+from devcluster.machinery.errors import ApiError, bad_request
+from devcluster.machinery.objmeta import rfc3339
 from devcluster.managedfields import (
     Entry,
     Path,
@@ -34,7 +35,6 @@ from devcluster.managedfields import (
     shape_of,
     tracked,
 )
-from devcluster.objmeta import rfc3339
 
 __all__ = ["server_side_apply", "merge_applied"]
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from devcluster.errors import ApiError
+from devcluster.machinery.errors import ApiError
 from devcluster.rbac import GROUP
 
 MASTERS = "system:masters"

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from devcluster.errors import ApiError
+from devcluster.machinery.errors import ApiError
 from devcluster.rbac import GROUP
 
 

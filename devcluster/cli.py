@@ -106,7 +106,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 async def _serve(args: argparse.Namespace, pki: Path | None) -> None:
     from devcluster.cluster import DevCluster
-    from devcluster.errors import ApiError
+    from devcluster.machinery.errors import ApiError
 
     dc = DevCluster(
         nodes=node_list(args.nodes), process_runtime=bool(args.process_runtime or args.image_map),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from devcluster.errors import FieldError
+from devcluster.machinery.errors import FieldError
 
 SECRET_KEY = ("", "secrets")
 CONFIGMAP_KEY = ("", "configmaps")

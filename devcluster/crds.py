@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from devcluster import schema
-from devcluster.errors import FieldError
+from devcluster.machinery.errors import FieldError
 from devcluster.machinery.fielderrors import (
     as_list,
     as_map,
@@ -22,8 +22,8 @@ from devcluster.machinery.fielderrors import (
     unsupported_value,
 )
 from devcluster.machinery.names import dns1035_label_errors, dns1123_subdomain_errors
+from devcluster.machinery.objmeta import rfc3339
 from devcluster.machinery.resource import ResourceType
-from devcluster.objmeta import rfc3339
 from devcluster.schema import structural_field_errors
 
 _TOP_LEVEL = ("apiVersion", "kind", "metadata")

@@ -11,7 +11,7 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from devcluster.errors import ApiError
+from devcluster.machinery.errors import ApiError
 
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 _CODES = {500: ("InternalError", "Internal error occurred: injected fault"),

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from devcluster import quantity
-from devcluster.errors import ApiError, FieldError, bad_request, internal, invalid
+from devcluster.machinery import quantity
+from devcluster.machinery.errors import ApiError, FieldError, bad_request, internal, invalid
 
 __all__ = ["Directive", "SchemaView", "Outcome", "directive", "duplicate_fields", "check_object",
            "check_patch", "warning_header"]

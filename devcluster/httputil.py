@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import orjson
 from aiohttp import web
 
-from devcluster.errors import ApiError, bad_request, not_acceptable
+from devcluster.machinery.errors import ApiError, bad_request, not_acceptable
 
 JSON = "application/json"
 _TRUE = {"1", "t", "T", "TRUE", "true", "True"}

@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from devcluster.objmeta import rfc3339
+from devcluster.machinery.objmeta import rfc3339
 
 Path = tuple[str, ...]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from devcluster.errors import FieldError
+from devcluster.machinery.errors import FieldError
 
 _PATH = "metadata.ownerReferences"
 # group/version/kind triples that may never be owners (core Events).

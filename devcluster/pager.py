@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from devcluster.errors import bad_request, expired
+from devcluster.machinery.errors import bad_request, expired
 
 _EXPIRED = ("The provided continue parameter is too old to display a consistent list result. "
             "You can start a new list without the continue parameter, or use the continue token "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from devcluster.errors import ApiError, bad_request
+from devcluster.machinery.errors import ApiError, bad_request
 
 __all__ = ["merge_patch", "json_patch", "strategic_merge_patch", "merge_key"]
 

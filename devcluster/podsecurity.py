@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from devcluster.errors import FieldError
+from devcluster.machinery.errors import FieldError
 
 PRIVILEGED, BASELINE, RESTRICTED = "privileged", "baseline", "restricted"
 LEVELS = (PRIVILEGED, BASELINE, RESTRICTED)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from devcluster.controllers.podenv import EnvError
-from devcluster.errors import ApiError
+from devcluster.machinery.errors import ApiError
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 API_AUDIENCE = "https://kubernetes.default.svc.cluster.local"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from devcluster.errors import FieldError
+from devcluster.machinery.errors import FieldError
 from devcluster.machinery.fielderrors import as_list, unsupported_value
 from devcluster.machinery.resource import ResourceType
 

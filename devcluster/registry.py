@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from devcluster import rbac
-from devcluster.errors import path_not_found
+from devcluster.machinery.errors import path_not_found
 from devcluster.machinery.resource import ResourceType
 
 VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")

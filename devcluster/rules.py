@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from devcluster.errors import ApiError, FieldError, bad_request, conflict, invalid
+from devcluster.machinery.errors import ApiError, FieldError, bad_request, conflict, invalid
 from devcluster.machinery.resource import ResourceType
-from devcluster.selectors import selector_to_string
+from devcluster.machinery.selectors import selector_to_string
 
 # Metadata the client cannot change through an update (generation is recomputed).
 PRESERVED_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",

@@ -14,7 +14,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from devcluster.errors import FieldError
+from devcluster.machinery.errors import FieldError
 
 __all__ = ["validate", "apply_defaults", "prune", "structural_errors", "structural_field_errors"]
 

@@ -31,16 +31,6 @@ from devcluster import (
     views,
 )
 from devcluster.access import Access
-from devcluster.errors import (
-    ApiError,
-    bad_request,
-    internal,
-    method_not_allowed,
-    not_found,
-    path_not_found,
-    too_large,
-    too_old,
-)
 from devcluster.faults import FaultConfigError, Faults
 from devcluster.httputil import (
     NO_CACHE,
@@ -55,6 +45,16 @@ from devcluster.httputil import (
     parse_int,
     wants_aggregated,
     wants_table,
+)
+from devcluster.machinery.errors import (
+    ApiError,
+    bad_request,
+    internal,
+    method_not_allowed,
+    not_found,
+    path_not_found,
+    too_large,
+    too_old,
 )
 from devcluster.machinery.resource import ResourceType
 from devcluster.managedfields import manager_name

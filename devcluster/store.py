@@ -21,7 +21,8 @@ from devcluster import crds, managedfields, rules
 from devcluster.allocator import AllocationError, ServiceAllocator
 from devcluster.apply import server_side_apply
 from devcluster.defaults import admit_pod, sync_app_armor
-from devcluster.errors import (
+from devcluster.history import History
+from devcluster.machinery.errors import (
     ApiError,
     FieldError,
     already_exists,
@@ -35,13 +36,12 @@ from devcluster.errors import (
     too_old,
     unsupported_media,
 )
-from devcluster.history import History
+from devcluster.machinery.objmeta import generated_name, micro_time, new_uid, rfc3339
 from devcluster.machinery.resource import ResourceType
-from devcluster.objmeta import generated_name, micro_time, new_uid, rfc3339
+from devcluster.machinery.selectors import LabelSelector, parse_field_selector, parse_label_selector
 from devcluster.pager import Page, Pager
 from devcluster.patch import json_patch, merge_patch, strategic_merge_patch
 from devcluster.registry import Registry
-from devcluster.selectors import LabelSelector, parse_field_selector, parse_label_selector
 from devcluster.strategy.dispatch import apply_builtin_defaults, initial_status, validate_object
 from devcluster.watch import Watch, WatchEvent, _with_rv
 

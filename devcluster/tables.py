@@ -16,8 +16,8 @@ from functools import lru_cache
 from typing import Any
 
 from devcluster import rbac
-from devcluster.errors import ApiError
-from devcluster.selectors import selector_to_string
+from devcluster.machinery.errors import ApiError
+from devcluster.machinery.selectors import selector_to_string
 
 __all__ = ["to_table", "column_definitions", "human_age"]
 

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from devcluster.authz import UserInfo
-from devcluster.errors import ApiError, FieldError, bad_request, conflict, invalid
+from devcluster.machinery.errors import ApiError, FieldError, bad_request, conflict, invalid
+from devcluster.machinery.objmeta import rfc3339
 from devcluster.machinery.resource import ResourceType
-from devcluster.objmeta import rfc3339
 from devcluster.store import Store
 
 DEFAULT_AUDIENCES = ("https://kubernetes.default.svc.cluster.local",)  # the API server's own

@@ -13,8 +13,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from devcluster import quantity, rbac
-from devcluster.errors import FieldError
+from devcluster import rbac
+from devcluster.machinery import quantity
+from devcluster.machinery.errors import FieldError
 from devcluster.machinery.fielderrors import (
     as_list,
     as_map,
@@ -35,8 +36,8 @@ from devcluster.machinery.names import (
     label_value_errors,
     qualified_name_errors,
 )
+from devcluster.machinery.selectors import label_selector_from_object
 from devcluster.ownerrefs import validate_owner_references
-from devcluster.selectors import label_selector_from_object
 
 # --------------------------------------------------------------------------- labels
 

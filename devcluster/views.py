@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from devcluster.errors import ApiError, not_found
+from devcluster.machinery.errors import ApiError, not_found
 from devcluster.machinery.resource import ResourceType
 from devcluster.watch import WatchEvent
 

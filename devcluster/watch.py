@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from devcluster.errors import ApiError
+from devcluster.machinery.errors import ApiError
 
 if TYPE_CHECKING:
     from devcluster.machinery.resource import ResourceType

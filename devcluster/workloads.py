@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from devcluster.defaults import default_template, template_metadata
-from devcluster.errors import FieldError
+from devcluster.machinery.errors import FieldError
 from devcluster.machinery.fielderrors import (
     as_map,
     go_label_selector,

@@ -21,7 +21,7 @@ from collections.abc import Hashable, Iterable
 from typing import Any
 
 from devcluster.controllers.workqueue import KeyQueue
-from devcluster.errors import ApiError
+from devcluster.machinery.errors import ApiError
 from devcluster.supervisor import Supervised, Supervisor
 
 log = logging.getLogger("devcluster.controllers")

@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from devcluster.controllers.meta import controller_ref, get_controller_of, is_deleting, labels_of
-from devcluster.errors import ApiError
+from devcluster.machinery.errors import ApiError
 from devcluster.machinery.resource import ResourceType
-from devcluster.selectors import label_selector_from_object
+from devcluster.machinery.selectors import label_selector_from_object
 
 
 def claim(store: Any, rt: ResourceType, owner: dict[str, Any]) -> list[dict[str, Any]]:

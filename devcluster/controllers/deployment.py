@@ -32,8 +32,8 @@ from devcluster.controllers.rollout import (
     new_rs_replicas,
     scale_down_old,
 )
-from devcluster.errors import ApiError
-from devcluster.selectors import label_selector_from_object
+from devcluster.machinery.errors import ApiError
+from devcluster.machinery.selectors import label_selector_from_object
 
 log = logging.getLogger("devcluster.deployment")
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from devcluster.controllers.base import Controller
 from devcluster.controllers.meta import finalizers, is_deleting, owner_refs
-from devcluster.errors import ApiError
+from devcluster.machinery.errors import ApiError
 
 log = logging.getLogger("devcluster.gc")
 

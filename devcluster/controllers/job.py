@@ -37,7 +37,7 @@ from devcluster.controllers.meta import (
 )
 from devcluster.controllers.podops import create_pod, delete_pod
 from devcluster.controllers.replicaset import is_ready
-from devcluster.errors import ApiError
+from devcluster.machinery.errors import ApiError
 
 log = logging.getLogger("devcluster.job")
 

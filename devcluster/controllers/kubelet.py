@@ -20,7 +20,7 @@ from devcluster.controllers.meta import now_time
 from devcluster.controllers.nodes import node_is_ready
 from devcluster.controllers.podenv import EnvError, container_env
 from devcluster.controllers.podstatus import ContainerRun, build_status, requested_phase
-from devcluster.errors import ApiError
+from devcluster.machinery.errors import ApiError
 
 log = logging.getLogger("devcluster.kubelet")
 

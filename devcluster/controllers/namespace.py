@@ -19,7 +19,7 @@ from typing import Any
 
 from devcluster.controllers.base import Controller
 from devcluster.controllers.meta import is_deleting
-from devcluster.errors import ApiError
+from devcluster.machinery.errors import ApiError
 
 COMPONENT = "namespace-defaults"
 SERVICE_ACCOUNT = "default"

@@ -14,7 +14,7 @@ from typing import Any
 
 from devcluster.controllers.base import Controller
 from devcluster.controllers.meta import now_micro, now_time
-from devcluster.errors import ApiError
+from devcluster.machinery.errors import ApiError
 
 LEASE_NAMESPACE = "kube-node-lease"
 DEFAULT_NODES = ("edge-node-1", "edge-node-2", "cloud-node")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from devcluster.controllers.meta import is_deleting
-from devcluster.errors import ApiError
+from devcluster.machinery.errors import ApiError
 
 
 def create_pod(store: Any, pod_rt: Any, owner: dict[str, Any], pod: dict[str, Any], *,

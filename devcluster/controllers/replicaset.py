@@ -24,8 +24,8 @@ from devcluster.controllers.meta import (
 )
 from devcluster.controllers.podops import create_pod, delete_pod
 from devcluster.controllers.ranking import pods_to_delete
-from devcluster.errors import ApiError
-from devcluster.selectors import label_selector_from_object
+from devcluster.machinery.errors import ApiError
+from devcluster.machinery.selectors import label_selector_from_object
 
 log = logging.getLogger("devcluster.replicaset")
 

@@ -15,7 +15,7 @@ from typing import Any
 from devcluster.controllers.base import Controller
 from devcluster.controllers.meta import find_condition, is_deleting, set_condition
 from devcluster.controllers.placement import misfit, unschedulable_message
-from devcluster.errors import ApiError
+from devcluster.machinery.errors import ApiError
 
 COMPONENT = "default-scheduler"
 

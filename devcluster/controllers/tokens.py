@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from devcluster.controllers.base import Controller
-from devcluster.errors import ApiError
+from devcluster.machinery.errors import ApiError
 from devcluster.tokenreview import (
     CA_CERT,
     SA_NAME_ANNOTATION,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from devcluster.errors import FieldError
+from devcluster.machinery.errors import FieldError
 
 # --------------------------------------------------------------------------- constructors
 

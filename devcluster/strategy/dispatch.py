@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from devcluster import configdata, defaults, rbac, validation, workloads
-from devcluster.errors import FieldError
+from devcluster.machinery.errors import FieldError
 from devcluster.machinery.fielderrors import go_type, invalid_value
 
 DEFAULTERS: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from devcluster.admission import existing_pod_warnings, significant_pod_update
-from devcluster.errors import ApiError
+from devcluster.machinery.errors import ApiError
 from devcluster.podsecurity import RESTRICTED, LevelVersion
 from tests.conftest import eventually
 from tests.devcluster.helpers import deployment, pod, rt

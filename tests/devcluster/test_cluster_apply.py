@@ -54,7 +54,7 @@ async def test_apply_refuses_unknown_kinds_and_invalid_objects(live, tmp_path):
     live.apply_manifests(tmp_path / "crd.yaml")
     invalid = tmp_path / "invalid.yaml"
     invalid.write_text("apiVersion: example.io/v1\nkind: Widget\nmetadata: {name: w}\nspec: {size: big}\n")
-    from devcluster.errors import ApiError
+    from devcluster.machinery.errors import ApiError
     with pytest.raises(ApiError) as exc:
         live.apply_manifests(invalid)
     assert exc.value.code == 422 and "spec.size" in exc.value.message

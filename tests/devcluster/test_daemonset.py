@@ -146,7 +146,7 @@ async def test_kubectl_rollout_status_and_get_ds(cluster, kubectl):
                  id="restart-never"),
 ])
 async def test_invalid_daemonsets_are_422(live, patch, field):
-    from devcluster.errors import ApiError
+    from devcluster.machinery.errors import ApiError
     from devcluster.patch import merge_patch
 
     body = merge_patch(daemonset("bad"), patch)

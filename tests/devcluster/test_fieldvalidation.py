@@ -5,7 +5,6 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from devcluster.errors import ApiError
 from devcluster.fieldvalidation import (
     SchemaView,
     check_object,
@@ -14,6 +13,7 @@ from devcluster.fieldvalidation import (
     duplicate_fields,
     warning_header,
 )
+from devcluster.machinery.errors import ApiError
 
 Q = {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.api.resource.Quantity"}
 SCHEMAS = {

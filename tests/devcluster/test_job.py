@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from devcluster.controllers.job import TRACKING_FINALIZER
-from devcluster.errors import ApiError
+from devcluster.machinery.errors import ApiError
 from tests.conftest import eventually
 from tests.devcluster.helpers import rt
 

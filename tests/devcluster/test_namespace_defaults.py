@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from devcluster.controllers.namespace import ROOT_CA
-from devcluster.errors import ApiError
+from devcluster.machinery.errors import ApiError
 from tests.conftest import eventually
 from tests.devcluster.helpers import rt
 

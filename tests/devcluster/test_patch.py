@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from devcluster.apply import merge_applied
-from devcluster.errors import ApiError
+from devcluster.machinery.errors import ApiError
 from devcluster.managedfields import Shape
 from devcluster.patch import json_patch, merge_patch, strategic_merge_patch
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from devcluster.defaults import sync_app_armor
-from devcluster.errors import FieldError
+from devcluster.machinery.errors import FieldError
 from devcluster.podsecurity import (
     BASELINE,
     PRIVILEGED,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from devcluster.quantity import FORMAT_WRONG, SUFFIX_WRONG, QuantityError, canonical
+from devcluster.machinery.quantity import FORMAT_WRONG, SUFFIX_WRONG, QuantityError, canonical
 
 
 @pytest.mark.parametrize(("given", "stored"), [

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from devcluster.errors import ApiError
+from devcluster.machinery.errors import ApiError
 from devcluster.machinery.resource import ResourceType
-from devcluster.selectors import (
+from devcluster.machinery.selectors import (
     label_selector_from_object,
     parse_field_selector,
     parse_label_selector,

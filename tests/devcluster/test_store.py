@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from devcluster.errors import ApiError
+from devcluster.machinery.errors import ApiError
 from devcluster.store import Store
 from tests.devcluster.conftest import crd, deployment, pod
 

@@ -9,7 +9,7 @@ import pytest
 
 from devcluster import protobody
 from devcluster.authz import UserInfo
-from devcluster.errors import ApiError
+from devcluster.machinery.errors import ApiError
 from devcluster.store import Store
 from devcluster.tokenreview import DEFAULT_AUDIENCES, TokenAuthority
 

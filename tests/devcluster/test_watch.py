@@ -9,7 +9,7 @@ import aiohttp
 import orjson
 import pytest
 
-from devcluster.errors import ApiError
+from devcluster.machinery.errors import ApiError
 from tests.conftest import eventually
 from tests.devcluster.conftest import ApiServer, Http, pod
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from devcluster.errors import ApiError, bad_request
+from devcluster.machinery.errors import ApiError, bad_request
 from devcluster.machinery.names import label_value_errors, qualified_name_errors
 
 __all__ = [
