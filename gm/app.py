@@ -34,7 +34,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gm.config import ConfigError, GMConfig, split_list
+from gm.config import ConfigError, GMConfig, WorkerConfig, split_list
 from gm.edge.auth import (
     AuthConfigError,
     Authenticator,
@@ -65,7 +65,6 @@ from gm.reconcile.context import Context
 from gm.reconcile.declaration import KindDeclaration
 from gm.reconcile.reconciler import KindController
 from gm.reconcile.runner import ControllerRunner, ReconcileMetrics
-from gm.workers import WorkerConfig
 from shared import apis
 from shared.logs import event
 from shared.metrics import CONTENT_TYPE, Counter, Registry

@@ -15,9 +15,9 @@ import itertools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from gm.config import WorkerConfig
 from gm.reconcile.declaration import Dependencies, KindDeclaration, Observed
 from gm.reconcile.planning import plan_children
-from gm.workers import WorkerConfig
 from shared.objects import SPEC_HASH_ANNOTATION, format_rfc3339
 
 CONFIG = WorkerConfig(lc_server="http://lc.sedna:9100")

@@ -47,8 +47,8 @@ from gm.kinds import reconciled_kinds
 from gm.kube.informer import InformerFactory, SharedInformer
 from gm.kube.resources import PODS, SECRETS, sedna_gvr
 from gm.reconcile.credentials import index_credentials, using_secret
-from gm.workers import MANAGED_SELECTOR
-from gm.workers.jointinference import go_json
+from gm.workers.gojson import go_json
+from gm.workers.owned import MANAGED_SELECTOR
 from proto import ObjKey
 from shared import apis
 from shared.logs import event

@@ -33,10 +33,10 @@ from gm.edge.reports import metrics_report
 from gm.kindlib.conditions import deployment_active, deployment_failed, exclusive
 from gm.kube.resources import DEPLOYMENTS, SERVICES, sedna_gvr
 from gm.reconcile.declaration import Dependencies, KindDeclaration, Observed, Owns, uses_models
-from gm.workers.children import Owner, build_deployment, build_service, check_label_value, owner_of
 from gm.workers.deployspec import InlineDeployment, check_selector_kept, inline_deployment
-from gm.workers.errors import InvalidSpec
 from gm.workers.inputs import mount_of, ref_name, required
+from gm.workers.owned import Owner, build_deployment, build_service, check_label_value, owner_of
+from gm.workers.specerrors import InvalidSpec
 from gm.workers.storage import WorkerMount, plan_storage
 from gm.workers.template import env_value, identity_env, render_template
 from shared import apis

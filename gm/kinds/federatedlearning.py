@@ -7,15 +7,28 @@ and a Warning event). A finished job whose spec was not edited since gets no pod
 
 What the workers wait on (a pod stuck terminating, a node that does not exist, no node
 that fits) is the `Waiting` condition, and a trainer bound to a missing node is not counted
-as active. The builders are gm/workers/federated.py; round reports are gm/edge/status.py's.
+as active. Round reports are gm/edge/status.py's.
+
+The children: env, ports and labels follow upstream (spec/upstream-gm.md §3.3). Departures:
+- Pod names are deterministic (`<job>-aggworker`, `<job>-trainworker-<i>`) and each
+  pod's `WORKER_NAME` is its own name, so a reconcile can tell which worker is missing.
+- `AGG_IP` is computed per job, never shared: the aggregator's node address when the
+  aggregation template pins a node and uses the host network (reachable without cluster
+  DNS), otherwise the Service host `<job>-aggregation.<namespace>` as upstream. Trainers
+  run on the host network, so in the second case they get dnsPolicy
+  `ClusterFirstWithHostNet` (unless their template sets one) for that name to resolve.
+- A trainer without a nodeName is placed on its Dataset's node: the data lives there.
+Each pod's spec-hash covers only what reaches that pod, so editing one trainer
+replaces that trainer alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from gm.config import GMConfig
+from gm.config import GMConfig, WorkerConfig
 from gm.kindlib.conditions import clear_true, exclusive, pod_counts, waiting_condition
 from gm.kindlib.waiting import stranded, summary, waits
 from gm.kube.resources import DATASETS, MODELS, NODES, PODS, SERVICES
@@ -29,9 +42,213 @@ from gm.reconcile.declaration import (
     uses_datasets,
     uses_models,
 )
-from gm.workers import build_fl_children
+from gm.workers.inputs import Secrets, credential, mount_of, object_list, ref_name, required
+from gm.workers.owned import Owner, build_pod, build_service, check_dns_label, owner_of
+from gm.workers.specerrors import InvalidSpec
+from gm.workers.storage import MountURL, StoragePlan, WorkerMount, plan_storage
+from gm.workers.template import PodKnobs, env_value, render_template
 from shared import apis
 from shared.objects import deep_get, set_condition
+
+KIND = "FederatedLearningJob"
+AGG_PORT = 7363
+AGGREGATION, TRAIN = "Aggregation", "train"
+
+
+@dataclass(frozen=True, slots=True)
+class FLChildren:
+    """The desired children of one FederatedLearningJob."""
+
+    aggregation_pod: dict[str, Any]
+    aggregation_service: dict[str, Any]
+    training_pods: tuple[dict[str, Any], ...]
+    aggregator_host: str
+
+    def objects(self) -> tuple[dict[str, Any], ...]:
+        """Every child, aggregator first (trainers connect to it)."""
+        return (self.aggregation_pod, self.aggregation_service, *self.training_pods)
+
+    @property
+    def train_nodes(self) -> tuple[str, ...]:
+        """Distinct nodes the trainers are pinned to, in worker order (LCs to inform)."""
+        nodes = (p["spec"].get("nodeName") for p in self.training_pods)
+        return tuple(dict.fromkeys(n for n in nodes if n))
+
+
+def aggregation_pod_name(job: str) -> str:
+    return f"{job}-aggworker"
+
+
+def training_pod_name(job: str, index: int) -> str:
+    return f"{job}-trainworker-{index}"
+
+
+def aggregation_service_name(job: str) -> str:
+    return f"{job}-aggregation"
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """Job-level inputs shared by the pods, resolved once."""
+
+    owner: Owner
+    model_name: str
+    model: MountURL
+    pretrained: MountURL | None
+    transmitter: str
+    agg_data: MountURL | None
+    participants: int
+    agg_host: str
+    agg_by_address: bool
+    config: WorkerConfig
+
+
+def build_fl_children(
+    fl: Mapping[str, Any],
+    *,
+    models: Mapping[str, Mapping[str, Any]],
+    datasets: Mapping[str, Mapping[str, Any]],
+    config: WorkerConfig,
+    node_addresses: Mapping[str, str] | None = None,
+    secrets: Secrets | None = None,
+) -> FLChildren:
+    """Desired children of `fl`. `models`/`datasets`/`secrets` map names to the objects
+    found in the job's namespace (absent names raise MissingDependency);
+    `node_addresses` maps node name -> address (used for a host-network aggregator)."""
+    owner = owner_of(fl, kind=KIND)
+    check_dns_label(aggregation_service_name(owner.name), what="Service name")
+    spec = fl["spec"]
+    trainers = object_list(spec, "trainingWorkers", what="worker")
+    job = _resolve_job(owner, spec, models=models, secrets=secrets, config=config,
+                       participants=len(trainers), node_addresses=node_addresses or {})
+    return FLChildren(
+        aggregation_pod=_aggregation_pod(job, spec["aggregationWorker"]),
+        aggregation_service=build_service(owner, name=aggregation_service_name(owner.name),
+                                          worker_type=AGGREGATION, port=AGG_PORT),
+        training_pods=tuple(_training_pod(job, i, w, datasets=datasets, secrets=secrets)
+                            for i, w in enumerate(trainers)),
+        aggregator_host=job.agg_host,
+    )
+
+
+def _resolve_job(owner: Owner, spec, *, models, secrets, config, participants,
+                 node_addresses) -> _Job:
+    agg = spec.get("aggregationWorker")
+    if not isinstance(agg, Mapping):
+        raise InvalidSpec("InvalidSpec", "spec.aggregationWorker is required")
+    name = ref_name(agg, "model", where="spec.aggregationWorker.model")
+    transmitter, agg_data = _transmitter(spec, owner=owner, secrets=secrets)
+    host = _aggregator_host(owner, agg.get("template"), node_addresses)
+    return _Job(owner=owner, model_name=name,
+                model=_model(models, name, owner=owner, secrets=secrets),
+                pretrained=_pretrained(spec, models, owner=owner, secrets=secrets),
+                transmitter=transmitter, agg_data=agg_data, participants=participants,
+                agg_host=host, agg_by_address=host != _service_host(owner), config=config)
+
+
+def _model(models, name: str, *, owner: Owner, secrets) -> MountURL:
+    found = required(models.get(name), kind="Model", name=name, namespace=owner.namespace)
+    return mount_of(found, kind="Model", secrets=secrets, namespace=owner.namespace)
+
+
+def _pretrained(spec, models, *, owner: Owner, secrets) -> MountURL | None:
+    if spec.get("pretrainedModel") is None:
+        return None
+    name = ref_name(spec, "pretrainedModel", where="spec.pretrainedModel")
+    return _model(models, name, owner=owner, secrets=secrets)
+
+
+def _transmitter(spec, *, owner: Owner, secrets) -> tuple[str, MountURL | None]:
+    """`s3` (with the aggregation data path, not downloaded) when configured, else `ws`."""
+    s3 = deep_get(spec, "transmitter", "s3")
+    if s3 is None:
+        return "ws", None
+    path = s3.get("aggDataPath") if isinstance(s3, Mapping) else None
+    if not isinstance(path, str) or not path:
+        raise InvalidSpec("InvalidSpec", "spec.transmitter.s3.aggDataPath is required")
+    secret = credential(s3.get("credentialName"), secrets=secrets, namespace=owner.namespace)
+    return "s3", MountURL(url=path, download=False, secret=secret)
+
+
+def _aggregator_host(owner: Owner, template: Any, node_addresses: Mapping[str, str]) -> str:
+    node = deep_get(template, "spec", "nodeName")
+    if deep_get(template, "spec", "hostNetwork") is True and isinstance(node, str) and node:
+        address = node_addresses.get(node)
+        if not address:
+            raise InvalidSpec("NodeWithoutAddress",
+                              f"node {node} of the host-network aggregation worker has no "
+                              "known address")
+        return address
+    return _service_host(owner)
+
+
+def _service_host(owner: Owner) -> str:
+    return f"{aggregation_service_name(owner.name)}.{owner.namespace}"
+
+
+def _plan(job: _Job, mounts: list[tuple[str, MountURL | None]]) -> StoragePlan:
+    wanted = [WorkerMount(env_name=n, urls=(u,)) for n, u in mounts if u is not None]
+    return plan_storage(wanted, image=job.config.storage_initializer_image,
+                        pull_policy=job.config.image_pull_policy)
+
+
+def _mount_env(plan: StoragePlan) -> list[dict[str, Any]]:
+    return [env_value(name, value) for name, value in plan.env]
+
+
+def _aggregation_pod(job: _Job, agg: Mapping[str, Any]) -> dict[str, Any]:
+    name = aggregation_pod_name(job.owner.name)
+    plan = _plan(job, [("AGG_DATA_PATH", job.agg_data), ("MODEL_URL", job.model),
+                       ("PRETRAINED_MODEL_URL", job.pretrained)])
+    env = [
+        env_value("NAMESPACE", job.owner.namespace),
+        env_value("JOB_NAME", job.owner.name),
+        env_value("WORKER_NAME", name),
+        env_value("AGG_BIND_PORT", str(AGG_PORT)),
+        env_value("PARTICIPANTS_COUNT", str(job.participants)),
+        env_value("TRANSMITTER", job.transmitter),
+        *_mount_env(plan),
+    ]
+    rendered = render_template(agg.get("template"), where="spec.aggregationWorker.template",
+                               env=env, storage=plan, knobs=PodKnobs(restart_policy="OnFailure"))
+    return build_pod(job.owner, name=name, worker_type=AGGREGATION, rendered=rendered)
+
+
+def _training_pod(job: _Job, index: int, worker: Mapping[str, Any], *, datasets,
+                  secrets) -> dict[str, Any]:
+    where = f"spec.trainingWorkers[{index}]"
+    ds_name = ref_name(worker, "dataset", where=f"{where}.dataset")
+    dataset = required(datasets.get(ds_name), kind="Dataset", name=ds_name,
+                       namespace=job.owner.namespace)
+    data = mount_of(dataset, kind="Dataset", secrets=secrets, namespace=job.owner.namespace)
+    name = training_pod_name(job.owner.name, index)
+    plan = _plan(job, [("AGG_DATA_PATH", job.agg_data), ("MODEL_URL", job.model),
+                       ("PRETRAINED_MODEL_URL", job.pretrained), ("TRAIN_DATASET_URL", data)])
+    env = [
+        env_value("NAMESPACE", job.owner.namespace),
+        env_value("JOB_NAME", job.owner.name),
+        env_value("WORKER_NAME", name),
+        env_value("LC_SERVER", job.config.lc_server),
+        env_value("AGG_IP", job.agg_host),
+        env_value("AGG_PORT", str(AGG_PORT)),
+        env_value("PARTICIPANTS_COUNT", str(job.participants)),
+        env_value("TRANSMITTER", job.transmitter),
+        env_value("MODEL_NAME", job.model_name),
+        env_value("DATASET_NAME", ds_name),
+        *_mount_env(plan),
+    ]
+    knobs = PodKnobs(host_network=True, restart_policy="OnFailure",
+                     dns_policy=None if job.agg_by_address else "ClusterFirstWithHostNet",
+                     node_name=_dataset_node(dataset))
+    rendered = render_template(worker.get("template"), where=f"{where}.template", env=env,
+                               storage=plan, knobs=knobs)
+    return build_pod(job.owner, name=name, worker_type=TRAIN, rendered=rendered)
+
+
+def _dataset_node(dataset: Mapping[str, Any]) -> str | None:
+    node = deep_get(dataset, "spec", "nodeName")
+    return node if isinstance(node, str) and node else None
+
 
 CONDITION_TYPES = ("Training", "Complete", "Failed")
 FINISHED = ("Succeeded", "Failed")

@@ -1,5 +1,5 @@
-"""LifelongLearningJob: the stage machine of gm/kinds/learning.py without Models or hot update
-(builders in gm/workers/learning.py).
+"""LifelongLearningJob: the stage machine of gm/kindlib/learning.py without Models or hot update
+(the pods shared with IL in gm/kindlib/learningpods.py, its own below).
 
 - No inference pod at the start: `<job>-infer` is created by the first deploy (Deploy/Ready)
   and recreated by every later one, so it loads the knowledge base index the LC copied to
@@ -18,7 +18,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gm.kinds import learning
+from gm.kindlib import learning
+from gm.kindlib.learningpods import (
+    DEPLOYS_ANNOTATION,
+    LearningJob,
+    StageInput,
+    input_check,
+    learning_job,
+    learning_pod,
+    stage_input,
+)
 from gm.kube.resources import DATASETS, PODS
 from gm.reconcile.declaration import (
     Children,
@@ -28,15 +37,9 @@ from gm.reconcile.declaration import (
     Owns,
     uses_datasets,
 )
-from gm.workers.learning import (
-    LearningJob,
-    input_check,
-    learning_job,
-    ll_eval_pod,
-    ll_infer_pod,
-    ll_train_pod,
-    stage_input,
-)
+from gm.workers.specerrors import InvalidSpec
+from gm.workers.storage import MountURL, WorkerMount
+from gm.workers.template import env_value
 from shared import apis
 from shared.objects import deep_get
 
@@ -113,6 +116,48 @@ def with_knowledge_base(status: dict[str, Any], report: learning.StageReport) ->
     if report.models:
         status["knowledgeBase"] = knowledge_base(report.models)
     return status
+
+
+# -- the pods -----------------------------------------------------------------------
+
+
+def ll_train_pod(job: LearningJob, *, name: str, given: StageInput, kb_index: str | None,
+                 initial_done: bool) -> dict[str, Any]:
+    env = [env_value("HAS_COMPLETED_INITIAL_TRAINING", "true" if initial_done else "false"),
+           env_value("LC_SERVER", job.config.lc_server), env_value("KB_SERVER", job.config.kb_server)]
+    if initial_done and kb_index:
+        env.append(env_value("CLOUD_KB_INDEX", kb_index))
+    mounts = [
+        WorkerMount("OUTPUT_URL", (MountURL(given.output_dir, download=False, secret=job.job_secret),)),
+        WorkerMount("TRAIN_DATASET_URL", (MountURL(given.data_url, download=True, secret=job.job_secret),)),
+        WorkerMount("ORIGINAL_DATASET_URL", (job.original_dataset(given),)),
+    ]
+    return learning_pod(job, name=name, worker_type="train", template_path=("trainSpec", "template"),
+                env=env, mounts=mounts, restart="OnFailure")
+
+
+def ll_eval_pod(job: LearningJob, *, name: str, given: StageInput) -> dict[str, Any]:
+    mounts = [
+        WorkerMount("MODEL_URLS", tuple(MountURL(u, download=True, secret=job.job_secret)
+                                        for u in given.model_urls)),
+        WorkerMount("OUTPUT_URL", (MountURL(given.output_dir, download=False, secret=job.job_secret),)),
+        WorkerMount("TEST_DATASET_URL", (MountURL(given.data_url, download=True, secret=job.dataset_secret),)),
+        WorkerMount("ORIGINAL_DATASET_URL", (job.original_dataset(given),)),
+    ]
+    env = [env_value("LC_SERVER", job.config.lc_server), env_value("KB_SERVER", job.config.kb_server)]
+    return learning_pod(job, name=name, worker_type="eval", template_path=("evalSpec", "template"),
+                env=env, mounts=[m for m in mounts if m.urls[0].url], restart="OnFailure")
+
+
+def ll_infer_pod(job: LearningJob, *, name: str, deploys: int) -> dict[str, Any]:
+    output_dir = job.spec.get("outputDir")
+    if not isinstance(output_dir, str) or not output_dir:
+        raise InvalidSpec("InvalidSpec", "spec.outputDir is required")
+    index = MountURL(f"{output_dir.rstrip('/')}/deploy/index.pkl", download=False, secret=job.job_secret)
+    env = [env_value("LC_SERVER", job.config.lc_server), env_value("OUTPUT_URL", output_dir)]
+    return learning_pod(job, name=name, worker_type="inference", template_path=("deploySpec", "template"),
+                env=env, mounts=[WorkerMount("MODEL_URLS", (index,))], restart=None,
+                annotations={DEPLOYS_ANNOTATION: str(deploys)})
 
 
 DECLARATION = KindDeclaration(

@@ -7,7 +7,7 @@ Deployment `<name>-deployment-userworker` (replicas 1) and Service `<name>-userw
 (9379), then the tracking pods, which find the other two through `USERWORKER_URL` and
 `EDGEMESH_URL`. This module keeps those names, ports and env; what it does differently (pod
 names, `WORKER_NAME`, the embedded DeploymentSpec honoured, failure not terminal) is written in
-gm/kinds/multiedge.py, which ObjectTrackingService shares.
+gm/kindlib/multiedge.py, which ObjectTrackingService shares.
 
 Reports: upstream registers a no-op handler for the kind. Here a report's
 `output.ownerInfo` (less its times) becomes `status.metrics`, as for JointInferenceService,
@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gm.kinds import multiedge
-from gm.kinds.multiedge import USER
+from gm.kindlib import multiedge
+from gm.kindlib.multiedge import USER
 from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
 from gm.reconcile.declaration import Children, Dependencies
 from gm.workers.deployspec import InlineDeployment
-from gm.workers.errors import InvalidSpec
+from gm.workers.specerrors import InvalidSpec
 from shared import apis
 
 KIND = apis.OBJECT_SEARCH.kind

@@ -3,7 +3,7 @@ Pod per `spec.trackingWorkers` entry.
 
 Upstream has a CRD for the kind but no controller (spec/upstream-gm.md §1.9, §3.10): its
 objects sit there. It is ObjectSearchService without the user worker, so this module builds
-exactly that, with the rules of gm/kinds/multiedge.py. The choices made where upstream is
+exactly that, with the rules of gm/kindlib/multiedge.py. The choices made where upstream is
 silent:
 
 - Children: reid Deployment `<name>-deployment-reidworker` and Service `<name>-reidworker`
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gm.kinds import multiedge
+from gm.kindlib import multiedge
 from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
 from gm.reconcile.declaration import Children, Dependencies
 from shared import apis

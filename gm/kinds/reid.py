@@ -1,4 +1,4 @@
-"""ReidJob: re-identification workers run as a Kubernetes-style Job (gm/kinds/jobs.py).
+"""ReidJob: re-identification workers run as a Kubernetes-style Job (gm/kindlib/jobs.py).
 
 Upstream starts one pod `<job>-reid-<random>` and ignores the JobSpec; here the pods are
 `<job>-reid-<i>` per completion index, retried up to `backoffLimit`, bounded by
@@ -10,10 +10,10 @@ Service (upstream's `ReidPort` constant is unused). Reports: see `jobs.declarati
 
 from __future__ import annotations
 
-from gm.kinds import jobs
+from gm.kindlib import jobs
 from gm.kube.resources import PODS
 from gm.reconcile.declaration import Children, Dependencies
-from gm.workers.children import owner_of
+from gm.workers.owned import owner_of
 from gm.workers.storage import StoragePlan
 from gm.workers.template import env_value
 from shared import apis

@@ -1,4 +1,4 @@
-"""VideoAnalyticsJob: video analytics workers run as a Kubernetes-style Job (gm/kinds/jobs.py),
+"""VideoAnalyticsJob: video analytics workers run as a Kubernetes-style Job (gm/kindlib/jobs.py),
 with their Model and a Service in front of them.
 
 As upstream (§3.9): the Model (`spec.model.name`, required) is downloaded and mounted as
@@ -13,11 +13,11 @@ is gone.
 
 from __future__ import annotations
 
-from gm.kinds import jobs
+from gm.kindlib import jobs
 from gm.kube.resources import PODS, SERVICES, sedna_gvr
 from gm.reconcile.declaration import Children, Dependencies, Owns, uses_models
-from gm.workers.children import Owner, build_service, owner_of
 from gm.workers.inputs import mount_of, ref_name, required
+from gm.workers.owned import Owner, build_service, owner_of
 from gm.workers.storage import StoragePlan, WorkerMount, plan_storage
 from gm.workers.template import env_value
 from shared import apis

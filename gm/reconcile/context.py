@@ -16,13 +16,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gm.config import GMConfig
+from gm.config import GMConfig, WorkerConfig
 from gm.kube.client import KubeClient
 from gm.kube.events import EventRecorder
 from gm.kube.informer import InformerFactory, SharedInformer
 from gm.kube.resources import GVR, SECRETS
 from gm.kube.status import StatusWriter
-from gm.workers import MANAGED_SELECTOR, WorkerConfig
+from gm.workers.owned import MANAGED_SELECTOR
 
 
 @dataclass(frozen=True, slots=True)

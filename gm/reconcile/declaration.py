@@ -31,9 +31,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gm.config import GMConfig
+from gm.config import GMConfig, WorkerConfig
 from gm.kube.resources import GVR, sedna_gvr
-from gm.workers import WorkerConfig
 from shared import apis
 
 Obj = Mapping[str, Any]

@@ -45,7 +45,7 @@ from gm.reconcile.context import Context, own_key
 from gm.reconcile.planning import ChildPlan, merge_for_update
 from gm.reconcile.problems import ChildRejected, Problem, problem_of
 from gm.reconcile.runner import OwnerGone, TemporaryError
-from gm.workers import MANAGED_BY, MANAGED_BY_LABEL
+from gm.workers.owned import MANAGED_BY, MANAGED_BY_LABEL
 from shared.logs import event
 
 log = logging.getLogger("gm.controllers")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from gm.kube.errors import ApiError
 from gm.reconcile.runner import PermanentError, TemporaryError
-from gm.workers import SpecError
+from gm.workers.specerrors import SpecError
 
 MAX_MESSAGE = 512  # a condition message quotes the server; keep it readable
 

@@ -1,60 +1,10 @@
-"""Worker builders: a CR plus the objects it names -> the child objects the GM maintains.
+"""The building blocks of worker objects, shared by every kind's builders. Pure (no I/O).
 
-Pure functions (no I/O): the reconcilers diff the result against the cluster by the
-`sedna.io/spec-hash` annotation and act. One module per CR kind; the shared parts are
-`template` (user PodTemplateSpec + env/knobs), `storage` (URLs -> mounts, initializer),
-`children` (owned Pod/Deployment/Service/HPA objects) and `inputs` (Model/Dataset/Secret).
+template (the user's PodTemplateSpec rendered with env and knobs, the ServiceAccount guard),
+storage (URLs -> mounts and the storage-initializer), inputs (Models, Datasets, Secrets a CR
+names), owned (the child objects the GM owns: Pod, Deployment, Service, HPA, stamped with
+owner reference, labels and spec hash), deployspec (an inline Deployment spec), gojson
+(values as upstream's Go code writes them), specerrors (why a CR's workers cannot be built).
+The builders themselves live with their kinds (gm/kinds/, gm/kindlib/). Imports only
+gm.config, gm.errors and shared.
 """
-
-from gm.workers.children import (
-    MANAGED_BY,
-    MANAGED_BY_LABEL,
-    MANAGED_SELECTOR,
-    Owner,
-    hpa_name,
-    owner_of,
-)
-from gm.workers.config import WorkerConfig
-from gm.workers.errors import InvalidSpec, MissingDependency, SpecError
-from gm.workers.federated import (
-    FLChildren,
-    aggregation_pod_name,
-    aggregation_service_name,
-    build_fl_children,
-    training_pod_name,
-)
-from gm.workers.jointinference import (
-    JIChildren,
-    build_ji_children,
-    cloud_service_name,
-    deployment_name,
-    hpa_names,
-)
-from gm.workers.storage import MountURL, StoragePlan, WorkerMount, plan_storage
-
-__all__ = [
-    "MANAGED_BY",
-    "MANAGED_BY_LABEL",
-    "MANAGED_SELECTOR",
-    "FLChildren",
-    "InvalidSpec",
-    "JIChildren",
-    "MissingDependency",
-    "MountURL",
-    "Owner",
-    "SpecError",
-    "StoragePlan",
-    "WorkerConfig",
-    "WorkerMount",
-    "aggregation_pod_name",
-    "aggregation_service_name",
-    "build_fl_children",
-    "build_ji_children",
-    "cloud_service_name",
-    "deployment_name",
-    "hpa_name",
-    "hpa_names",
-    "owner_of",
-    "plan_storage",
-    "training_pod_name",
-]

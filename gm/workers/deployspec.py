@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gm.workers.errors import InvalidSpec
+from gm.workers.specerrors import InvalidSpec
 
 REASON = "InvalidDeploymentSpec"
 SELECTOR_REASON = "InvalidSelector"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gm.workers.errors import InvalidSpec, MissingDependency
+from gm.workers.specerrors import InvalidSpec, MissingDependency
 from gm.workers.storage import MountURL
 from shared.objects import deep_get, meta_str
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlparse
 
-from gm.workers.errors import InvalidSpec
+from gm.workers.specerrors import InvalidSpec
 from shared.objects import meta_str
 
 DOWNLOAD_DIR = "/downloads"

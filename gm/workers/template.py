@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gm.workers.errors import ForbiddenSpec, InvalidSpec
+from gm.workers.specerrors import ForbiddenSpec, InvalidSpec
 from gm.workers.storage import StoragePlan, apply_storage
 
 # Kubernetes resource.Quantity: a signed decimal with a binary-SI, decimal-SI or exponent suffix.

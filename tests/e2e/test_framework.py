@@ -20,8 +20,8 @@ from gm.kindlib.conditions import exclusive, pod_counts
 from gm.kube.errors import NotFound
 from gm.kube.resources import DEPLOYMENTS, GVR, PODS
 from gm.reconcile.declaration import Children, Dependencies, KindDeclaration, Observed, Owns
-from gm.workers.children import build_deployment, build_pod, owner_of
-from gm.workers.errors import InvalidSpec
+from gm.workers.owned import build_deployment, build_pod, owner_of
+from gm.workers.specerrors import InvalidSpec
 from gm.workers.storage import StoragePlan
 from gm.workers.template import env_field, render_template
 from shared import apis

@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 
 from gm.kube.resources import DEPLOYMENTS, FL, GVR, HPAS, JI, MODELS, PODS, SECRETS, SERVICES
-from gm.workers import MANAGED_BY_LABEL, MANAGED_SELECTOR
+from gm.workers.owned import MANAGED_BY_LABEL, MANAGED_SELECTOR
 from tests.conftest import eventually
 from tests.e2e.conftest import load_example
 

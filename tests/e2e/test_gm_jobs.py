@@ -11,7 +11,7 @@ import copy
 
 import aiohttp
 
-from gm.kinds.jobs import ATTEMPT_ANNOTATION
+from gm.kindlib.jobs import ATTEMPT_ANNOTATION
 from gm.kube.errors import NotFound
 from gm.kube.resources import PODS, sedna_gvr
 from shared import apis

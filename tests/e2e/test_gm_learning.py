@@ -13,7 +13,7 @@ from typing import Any
 
 from gm.edge.pipeline import StatusPipeline
 from gm.edge.status import UpstreamStatus
-from gm.kinds import learning
+from gm.kindlib import learning
 from gm.kube.errors import NotFound
 from gm.kube.resources import DATASETS, MODELS, PODS, sedna_gvr
 from gm.kube.status import StatusWriter

@@ -22,7 +22,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gm.workers import WorkerConfig, build_fl_children, build_ji_children
+from gm.config import WorkerConfig
+from gm.kinds.federatedlearning import build_fl_children
+from gm.kinds.jointinference import build_ji_children
 from tests.conftest import eventually
 from tests.unit.test_lc_support import running_lc
 
@@ -201,17 +203,9 @@ async def test_job_worker_reports_progress_then_completes(tmp_path: Path, env: d
 def _learning_pods(example: str, kind: str) -> dict[str, dict[str, Any]]:
     """The train, eval and inference pods the GM builds for a learning example, from the
     stage inputs its LC reports."""
-    from gm.workers.learning import (
-        ILModels,
-        StageInput,
-        il_eval_pod,
-        il_infer_pod,
-        il_train_pod,
-        learning_job,
-        ll_eval_pod,
-        ll_infer_pod,
-        ll_train_pod,
-    )
+    from gm.kindlib.learningpods import StageInput, learning_job
+    from gm.kinds.incrementallearning import ILModels, il_eval_pod, il_infer_pod, il_train_pod
+    from gm.kinds.lifelonglearning import ll_eval_pod, ll_infer_pod, ll_train_pod
     docs = _docs(example)
     datasets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Dataset"}
     job = learning_job(_one(docs, kind), kind=kind, datasets=datasets, secrets={}, config=WorkerConfig())

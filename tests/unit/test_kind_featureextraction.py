@@ -14,11 +14,13 @@ import yaml
 from devcluster import schema as server_schema
 from devcluster.registry import Registry
 from devcluster.strategy.dispatch import validate_object
+from gm.config import WorkerConfig
 from gm.edge.reports import ReportInvalid, metrics_report
 from gm.kinds import featureextraction as fe
 from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
 from gm.reconcile.declaration import Dependencies, Observed
-from gm.workers import MANAGED_BY_LABEL, InvalidSpec, MissingDependency, WorkerConfig
+from gm.workers.owned import MANAGED_BY_LABEL
+from gm.workers.specerrors import InvalidSpec, MissingDependency
 from gm.workers.storage import INIT_CONTAINER_NAME
 from shared import apis
 from shared.objects import SPEC_HASH_ANNOTATION, is_controlled_by, spec_hash_of

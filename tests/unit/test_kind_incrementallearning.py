@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gm.kindlib import learning
+from gm.kindlib.learning import Position, with_position
+from gm.kindlib.learningpods import DEPLOYS_ANNOTATION
 from gm.kinds import incrementallearning as il
-from gm.kinds import learning
-from gm.kinds.learning import Position, with_position
 from gm.kube.resources import PODS
 from gm.reconcile.declaration import Dependencies, Observed
-from gm.workers import MANAGED_BY
-from gm.workers.errors import InvalidSpec, MissingDependency
-from gm.workers.learning import DEPLOYS_ANNOTATION
+from gm.workers.owned import MANAGED_BY
+from gm.workers.specerrors import InvalidSpec, MissingDependency
 from shared.objects import SPEC_HASH_ANNOTATION, is_controlled_by
 from tests.jobsim import CONFIG
 

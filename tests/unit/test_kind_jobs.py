@@ -8,9 +8,10 @@ import copy
 import pytest
 
 from gm.edge.reports import ReportInvalid
-from gm.kinds import jobs, reid
+from gm.kindlib import jobs
+from gm.kinds import reid
 from gm.reconcile.declaration import Observed
-from gm.workers.errors import InvalidSpec
+from gm.workers.specerrors import InvalidSpec
 from shared.objects import find_condition, spec_hash_of
 from tests.jobsim import T0, JobSim
 from tests.unit.test_crds import crd_schema, server_check, validate

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from gm.edge.reports import ReportInvalid
-from gm.kinds import learning
-from gm.kinds.learning import (
+from gm.kindlib import learning
+from gm.kindlib.learning import (
     COMPLETED,
     DEPLOY,
     EVAL,

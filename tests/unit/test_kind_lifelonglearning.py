@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gm.kinds import learning
+from gm.kindlib import learning
+from gm.kindlib.learning import Position, with_position
+from gm.kindlib.learningpods import DEPLOYS_ANNOTATION
 from gm.kinds import lifelonglearning as ll
-from gm.kinds.learning import Position, with_position
 from gm.kube.resources import PODS
 from gm.reconcile.declaration import Dependencies, Observed
-from gm.workers.errors import InvalidSpec, MissingDependency
-from gm.workers.learning import DEPLOYS_ANNOTATION
+from gm.workers.specerrors import InvalidSpec, MissingDependency
 from shared.objects import SPEC_HASH_ANNOTATION
 from tests.jobsim import CONFIG
 

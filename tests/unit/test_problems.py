@@ -7,7 +7,7 @@ import pytest
 from gm.kube.errors import Forbidden, Invalid
 from gm.reconcile.problems import MAX_MESSAGE, ChildRejected, Problem, problem_of
 from gm.reconcile.runner import PermanentError, TemporaryError
-from gm.workers import InvalidSpec, MissingDependency
+from gm.workers.specerrors import InvalidSpec, MissingDependency
 
 
 @pytest.mark.parametrize("exc, expected, outcome", [

@@ -7,13 +7,10 @@ import copy
 
 import pytest
 
-from gm.workers import (
-    MANAGED_BY,
-    InvalidSpec,
-    MissingDependency,
-    WorkerConfig,
-    build_fl_children,
-)
+from gm.config import WorkerConfig
+from gm.kinds.federatedlearning import build_fl_children
+from gm.workers.owned import MANAGED_BY
+from gm.workers.specerrors import InvalidSpec, MissingDependency
 from shared.objects import is_controlled_by, spec_hash_of
 
 JOB = "surface-defect-detection"

@@ -7,17 +7,11 @@ import copy
 
 import pytest
 
-from gm.workers import (
-    MANAGED_BY,
-    MANAGED_BY_LABEL,
-    InvalidSpec,
-    MissingDependency,
-    SpecError,
-    WorkerConfig,
-    build_ji_children,
-    hpa_names,
-)
-from gm.workers.jointinference import go_json, hem_parameters
+from gm.config import WorkerConfig
+from gm.kinds.jointinference import build_ji_children, hpa_names
+from gm.workers.gojson import go_json, hem_parameters
+from gm.workers.owned import MANAGED_BY, MANAGED_BY_LABEL
+from gm.workers.specerrors import InvalidSpec, MissingDependency, SpecError
 from shared.objects import SPEC_HASH_ANNOTATION, is_controlled_by, spec_hash_of
 
 NAME = "helmet-detection-inference-example"

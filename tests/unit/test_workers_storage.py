@@ -6,8 +6,14 @@ import base64
 
 import pytest
 
-from gm.workers import InvalidSpec, MountURL, WorkerMount, plan_storage
-from gm.workers.storage import k8s_valid_name, s3_env_from_secret
+from gm.workers.specerrors import InvalidSpec
+from gm.workers.storage import (
+    MountURL,
+    WorkerMount,
+    k8s_valid_name,
+    plan_storage,
+    s3_env_from_secret,
+)
 
 IMAGE = "kubeedge/sedna-storage-initializer:v0.3.0"
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gm.workers import InvalidSpec
-from gm.workers.errors import ForbiddenSpec
+from gm.workers.specerrors import ForbiddenSpec, InvalidSpec
 from gm.workers.template import ServiceAccountRef, checked_template, refuse_service_account
 
 

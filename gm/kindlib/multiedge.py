@@ -41,7 +41,9 @@ from gm.edge.reports import metrics_report
 from gm.kindlib.conditions import deployment_active, deployment_failed, exclusive
 from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
 from gm.reconcile.declaration import Build, KindDeclaration, Observed, Owns
-from gm.workers.children import (
+from gm.workers.deployspec import InlineDeployment, check_selector_kept, inline_deployment
+from gm.workers.inputs import object_list
+from gm.workers.owned import (
     Owner,
     build_deployment,
     build_pod,
@@ -49,9 +51,7 @@ from gm.workers.children import (
     check_label_value,
     owner_of,
 )
-from gm.workers.deployspec import InlineDeployment, check_selector_kept, inline_deployment
-from gm.workers.errors import InvalidSpec
-from gm.workers.inputs import object_list
+from gm.workers.specerrors import InvalidSpec
 from gm.workers.storage import StoragePlan
 from gm.workers.template import env_field, env_value, render_template
 from shared import apis

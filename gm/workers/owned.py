@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gm.workers.deployspec import InlineDeployment
-from gm.workers.errors import InvalidSpec
+from gm.workers.specerrors import InvalidSpec
 from shared.objects import (
     SEDNA_API_VERSION,
     SPEC_HASH_ANNOTATION,

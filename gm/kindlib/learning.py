@@ -49,7 +49,7 @@ from typing import Any
 from gm.edge.reports import ReportInvalid, field
 from gm.kube.resources import PODS
 from gm.reconcile.declaration import Observed
-from gm.workers.jointinference import go_json
+from gm.workers.gojson import go_json
 from shared.objects import deep_get, label_prefix
 
 TRAIN, EVAL, DEPLOY = "Train", "Eval", "Deploy"

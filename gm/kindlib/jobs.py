@@ -44,8 +44,8 @@ from gm.edge.reports import metrics_report
 from gm.kindlib.conditions import clear_true, exclusive, pod_counts
 from gm.kube.resources import PODS
 from gm.reconcile.declaration import Build, Dependencies, KindDeclaration, Observed, Owns, Watches
-from gm.workers.children import Owner, build_pod
-from gm.workers.errors import InvalidSpec
+from gm.workers.owned import Owner, build_pod
+from gm.workers.specerrors import InvalidSpec
 from gm.workers.storage import StoragePlan
 from gm.workers.template import PodKnobs, checked_template, env_field, env_value, render_template
 from shared import apis
