@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from devcluster.machinery.errors import ApiError
-from devcluster.rbac import GROUP
+from devcluster.strategy.rbac import GROUP
 
 MASTERS = "system:masters"
 _METHOD_VERBS = {"POST": "create", "GET": "get", "HEAD": "get", "PUT": "update", "PATCH": "patch",

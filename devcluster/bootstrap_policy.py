@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from devcluster.machinery.errors import ApiError
-from devcluster.rbac import GROUP
+from devcluster.strategy.rbac import GROUP
 
 
 def _meta(name: str) -> dict[str, Any]:

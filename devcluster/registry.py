@@ -11,9 +11,9 @@ import hashlib
 import re
 from typing import Any
 
-from devcluster import rbac
 from devcluster.machinery.errors import path_not_found
 from devcluster.machinery.resource import ResourceType
+from devcluster.strategy import rbac
 
 VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 SUBRESOURCE_VERBS = ("get", "patch", "update")

@@ -17,10 +17,9 @@ from typing import Any
 
 import orjson
 
-from devcluster import crds, managedfields, rules
+from devcluster import managedfields
 from devcluster.allocator import AllocationError, ServiceAllocator
 from devcluster.apply import server_side_apply
-from devcluster.defaults import admit_pod, sync_app_armor
 from devcluster.history import History
 from devcluster.machinery.errors import (
     ApiError,
@@ -42,6 +41,8 @@ from devcluster.machinery.selectors import LabelSelector, parse_field_selector, 
 from devcluster.pager import Page, Pager
 from devcluster.patch import json_patch, merge_patch, strategic_merge_patch
 from devcluster.registry import Registry
+from devcluster.strategy import crds, rules
+from devcluster.strategy.defaults import admit_pod, sync_app_armor
 from devcluster.strategy.dispatch import apply_builtin_defaults, initial_status, validate_object
 from devcluster.watch import Watch, WatchEvent, _with_rv
 

@@ -15,9 +15,9 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from devcluster import rbac
 from devcluster.machinery.errors import ApiError
 from devcluster.machinery.selectors import selector_to_string
+from devcluster.strategy import rbac
 
 __all__ = ["to_table", "column_definitions", "human_age"]
 

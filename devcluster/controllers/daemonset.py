@@ -31,7 +31,7 @@ from devcluster.controllers.podops import create_pod, delete_pod
 from devcluster.controllers.replicaset import available_after, is_ready
 from devcluster.controllers.rollout import IntOrPercentError, resolve_int_or_percent
 from devcluster.machinery.errors import ApiError
-from devcluster.workloads import TEMPLATE_GENERATION
+from devcluster.strategy.workloads import TEMPLATE_GENERATION
 
 log = logging.getLogger("devcluster.daemonset")
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from devcluster import configdata, defaults, rbac, validation, workloads
 from devcluster.machinery.errors import FieldError
 from devcluster.machinery.fielderrors import go_type, invalid_value
+from devcluster.strategy import configdata, defaults, rbac, validation, workloads
 
 DEFAULTERS: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {
     **defaults.DEFAULTERS,

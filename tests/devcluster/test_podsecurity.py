@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from devcluster.defaults import sync_app_armor
 from devcluster.machinery.errors import FieldError
 from devcluster.podsecurity import (
     BASELINE,
@@ -24,6 +23,7 @@ from devcluster.podsecurity import (
     forbidden_detail,
     namespace_policy,
 )
+from devcluster.strategy.defaults import sync_app_armor
 
 CASES = yaml.safe_load((Path(__file__).parent / "podsecurity_cases.yaml").read_text())
 P = "pod-security.kubernetes.io/"

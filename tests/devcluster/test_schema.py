@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from devcluster.schema import apply_defaults, prune, structural_errors, validate
+from devcluster.strategy.schema import apply_defaults, prune, structural_errors, validate
 
 SCHEMA = {
     "type": "object",

@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from devcluster.crds import validate_crd
 from devcluster.machinery.resource import ResourceType
+from devcluster.strategy.crds import validate_crd
 from devcluster.strategy.dispatch import validate_object
 
 PODS = ResourceType("", "v1", "pods", "Pod", True)

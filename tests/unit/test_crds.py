@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from devcluster import schema as server_schema
 from devcluster.cluster import KubeYamlLoader
+from devcluster.strategy import schema as server_schema
 from gm.config import parse_config
 from gm.edge.order import FIELD
 from gm.kinds import DECLARATIONS

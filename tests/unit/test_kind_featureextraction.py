@@ -11,8 +11,8 @@ import copy
 import pytest
 import yaml
 
-from devcluster import schema as server_schema
 from devcluster.registry import Registry
+from devcluster.strategy import schema as server_schema
 from devcluster.strategy.dispatch import validate_object
 from gm.config import WorkerConfig
 from gm.edge.reports import ReportInvalid, metrics_report

@@ -17,7 +17,6 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from devcluster.defaults import default_template, template_metadata
 from devcluster.machinery.errors import FieldError
 from devcluster.machinery.fielderrors import (
     as_map,
@@ -27,7 +26,8 @@ from devcluster.machinery.fielderrors import (
     required_value,
     unsupported_value,
 )
-from devcluster.validation import (
+from devcluster.strategy.defaults import default_template, template_metadata
+from devcluster.strategy.validation import (
     selector_is_empty,
     template_matches,
     validate_label_selector,

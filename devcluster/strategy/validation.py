@@ -13,7 +13,6 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from devcluster import rbac
 from devcluster.machinery import quantity
 from devcluster.machinery.errors import FieldError
 from devcluster.machinery.fielderrors import (
@@ -37,7 +36,8 @@ from devcluster.machinery.names import (
     qualified_name_errors,
 )
 from devcluster.machinery.selectors import label_selector_from_object
-from devcluster.ownerrefs import validate_owner_references
+from devcluster.strategy import rbac
+from devcluster.strategy.ownerrefs import validate_owner_references
 
 # --------------------------------------------------------------------------- labels
 

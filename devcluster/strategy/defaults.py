@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from devcluster.configdata import fold_string_data
+from devcluster.strategy.configdata import fold_string_data
 
 
 def _d(obj: dict[str, Any], key: str) -> dict[str, Any]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from devcluster import schema
 from devcluster.machinery.errors import FieldError
 from devcluster.machinery.fielderrors import (
     as_list,
@@ -24,7 +23,8 @@ from devcluster.machinery.fielderrors import (
 from devcluster.machinery.names import dns1035_label_errors, dns1123_subdomain_errors
 from devcluster.machinery.objmeta import rfc3339
 from devcluster.machinery.resource import ResourceType
-from devcluster.schema import structural_field_errors
+from devcluster.strategy import schema
+from devcluster.strategy.schema import structural_field_errors
 
 _TOP_LEVEL = ("apiVersion", "kind", "metadata")
 
