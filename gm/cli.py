@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
 
+from gm import heap
 from gm.app import GlobalManager
-from gm.config import ConfigError, load_config
-from gm.kube.config import ConfigError as KubeConfigError
+from gm.config import load_config
+from gm.errors import ConfigError, KubeConfigError
 from shared import logs
 
 
@@ -33,6 +35,7 @@ async def run(config_path: str, log_level: str | None) -> int:
         print(f"sedna-gm: {exc}", file=sys.stderr)
         return 2
     logs.setup(log_level or config.log.level, config.log.format)
+    heap.configure()
     gm = GlobalManager(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -50,15 +53,23 @@ async def run(config_path: str, log_level: str | None) -> int:
         return 2
     waiter = asyncio.create_task(gm.wait())
     stopper = asyncio.create_task(stop.wait())
+    settler = asyncio.create_task(_settle_when_synced(gm))
     await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
     await gm.stop()
-    waiter.cancel()
-    stopper.cancel()
+    for task in (waiter, stopper, settler):
+        task.cancel()
     if gm.failure is not None:
         logs.event(logging.getLogger("gm"), "exiting after a failure", level=logging.ERROR,
                    why=gm.failure)
         return 1
     return 0 if stop.is_set() else 1
+
+
+async def _settle_when_synced(gm: GlobalManager) -> None:
+    assert gm.informers is not None
+    with contextlib.suppress(Exception):  # caches that never sync are the GM's failure, told by it
+        await gm.informers.wait_synced()
+        heap.settle()
 
 
 def main(argv: list[str] | None = None) -> None:
