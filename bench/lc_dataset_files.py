@@ -63,7 +63,7 @@ def seed(tmp: Path, tree: Path, fifos: int) -> None:
     objects.append(dataset("sparse", str(data / "sparse")))
     (data / "ok.txt").write_text("a\nb\nc\n")
     objects.append(dataset("ordinary", str(data / "ok.txt")))
-    script = ("import asyncio, json, sys\nfrom lc.store import Store\n"
+    script = ("import asyncio, json, sys\nfrom lc.store.facade import Store\n"
               "async def main():\n"
               "    s = await Store.open(sys.argv[1])\n"
               "    for o in json.loads(sys.argv[2]):\n"

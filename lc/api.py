@@ -16,7 +16,7 @@ get 415, a body that does not arrive in time 408.
 Bodies at once are bounded too (lc/budget.py): a report takes its declared length from the
 LC's body budget before its body is read, and more as a chunked or inflating body arrives;
 what does not fit (after a brief wait for a declared length) is answered 503 with
-Retry-After and the connection closed, its body unread. A full outbox (lc/store.py) is a
+Retry-After and the connection closed, its body unread. A full outbox (lc/store/outbox.py) is a
 503 with Retry-After too: the body was fine, the LC cannot keep it now.
 
 A refusal stops the work it refuses: a body refused for its size (declared, read, or once
@@ -31,7 +31,7 @@ The listings (`GET /sedna/workers`, `GET /sedna/deadletters`) come in pages, lik
 Kubernetes list: `limit` items at most (100 by default, 1000 at most), fewer once a page
 holds PAGE_BYTES, and `metadata.continue`, an opaque token to pass as `continue` for the
 next page. A report longer than LIST_ITEM_BYTES is listed as a marker with its start and
-length (lc/store.py `truncated_json`); dead-letter bodies were cut when stored.
+length (lc/store/codec.py `truncated_json`); dead-letter bodies were cut when stored.
 """
 
 from __future__ import annotations
@@ -58,7 +58,9 @@ from lc.errors import ReportError, StoreError
 from lc.metrics import LCMetrics
 from lc.openapi import DOCUMENT, MAX_BODY, MAX_LIST_LIMIT
 from lc.report import decode_report, parse_json
-from lc.store import OutboxFullError, Page, Store
+from lc.store.bounds import Page
+from lc.store.facade import Store
+from lc.store.outbox import OutboxFullError
 from shared.logs import event
 from shared.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from shared.server_limits import ServerLimits

@@ -46,7 +46,7 @@ from lc.managers.learning.manager import LearningManager
 from lc.managers.lifelonglearning import LifelongLearning
 from lc.managers.model import ModelManager
 from lc.metrics import LCMetrics
-from lc.store import Store
+from lc.store.facade import Store
 from shared import apis
 from shared.logs import event
 from shared.server_limits import guarded_runner

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from lc.budget import DEFAULT_BUDGET, DEFAULT_WAIT, BodyBudget
 from lc.errors import ConfigError
 from lc.files import DEFAULT_INDEX_BYTES, DEFAULT_INDEX_LINES, DEFAULT_MODEL_BYTES, FileLimits
-from lc.store import StoreBounds
+from lc.store.bounds import StoreBounds
 from shared.server_limits import ServerLimits
 
 DEFAULT_BIND_PORT = 9100

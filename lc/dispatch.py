@@ -6,7 +6,7 @@ manager, which loses every federated-learning report (its Python library sends
 this node holds, and if none matches yet it is kept as the worker's last report and
 routed as soon as the GM sends the matching job. A report whose owner this node does not
 hold (none matched, or its ownerKind named a kind but no such job is here) is kept only
-briefly and within its own byte cap (lc/store.py `StoreBounds`): anyone on the network can
+briefly and within its own byte cap (lc/store/bounds.py `StoreBounds`): anyone on the network can
 send reports for owners that do not exist. Downstream objects are written to the
 store first and then handed to their manager, so a restarted LC replays them (`resume`).
 
@@ -30,7 +30,8 @@ from lc.errors import ReportError, ResourceError
 from lc.managers.base import Manager, Outgoing
 from lc.managers.forward import status_body
 from lc.report import WorkerReport
-from lc.store import Store, WorkerRecord
+from lc.store.facade import Store
+from lc.store.workers import WorkerRecord
 from proto.errors import InvalidFrame
 from proto.limits import (
     MAX_KIND,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from lc.budget import BodyBudget
-from lc.store import DEAD_LETTER_REASONS, DROPPED
+from lc.store.bounds import DROPPED
+from lc.store.deadletters import DEAD_LETTER_REASONS
 from shared.metrics import Counter, Gauge, Histogram, Registry
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)

@@ -24,7 +24,7 @@ from collections import deque
 from itertools import islice
 
 from lc.link.window import InFlight
-from lc.store import OutboxEntry
+from lc.store.outbox import OutboxEntry
 
 ObjKey = tuple[str, str, str]
 

@@ -37,7 +37,7 @@ from lc.link.apply import DownstreamApplier, ObjectSink
 from lc.link.backoff import Backoff
 from lc.link.session import Session, SessionEnded, SessionParams
 from lc.link.state import BACKOFF, CONNECTED, CONNECTING, STOPPED, LinkInfo, LinkMetrics
-from lc.store import Store
+from lc.store.facade import Store
 from proto import MAX_FRAME_BYTES, SUBPROTOCOL, ObjKey
 from shared.logs import event
 from shared.metrics import Registry

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 from lc.errors import StoreError
-from lc.store import Store
+from lc.store.facade import Store
 from proto import CLOSE_PROTOCOL_ERROR, CLOSE_UNSUPPORTED_DATA
 from proto.errors import CLOSE_INVALID_PAYLOAD, CLOSE_MESSAGE_TOO_BIG
 from shared.logs import event

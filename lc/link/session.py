@@ -39,7 +39,8 @@ from lc.link.backlog import Backlog
 from lc.link.quarantine import FRAME_REFUSED_CODES, Quarantine
 from lc.link.state import LinkInfo, LinkMetrics
 from lc.link.window import InFlight
-from lc.store import OutboxEntry, Store
+from lc.store.facade import Store
+from lc.store.outbox import OutboxEntry
 from proto import (
     CLOSE_DEAD,
     CLOSE_GOING_AWAY,

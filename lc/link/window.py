@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from lc.store import OutboxEntry
+from lc.store.outbox import OutboxEntry
 
 
 @dataclass(slots=True)

@@ -26,7 +26,7 @@ from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from lc.files import DEFAULT_LIMITS, FileLimits, Workers
 from lc.report import WorkerReport
-from lc.store import Store
+from lc.store.facade import Store
 from shared.apis import canonical_kind
 from shared.tasks import Restart, Supervised
 

@@ -45,7 +45,7 @@ from lc.files import DEFAULT_LIMITS, Caps, FileLimits, FileRefused
 from lc.managers.base import FileWork, Loops, ObjectLoop, Outgoing
 from lc.report import WorkerReport
 from lc.rootfs import host_to_local
-from lc.store import Store
+from lc.store.facade import Store
 from shared.logs import event
 from shared.text import clip
 

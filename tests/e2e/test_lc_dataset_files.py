@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 
 from gm.kube.resources import EVENTS, sedna_gvr
-from lc.store import Store
+from lc.store.facade import Store
 from shared import apis
 from tests.conftest import eventually
 from tests.e2e.test_system import NS, lc_env, local_controller

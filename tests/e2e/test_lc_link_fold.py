@@ -18,7 +18,7 @@ import pytest
 
 from lc.app import LocalController
 from lc.link.dialer import GMLink
-from lc.store import Store
+from lc.store.facade import Store
 from tests.conftest import eventually
 from tests.hubfakes import MemSource
 from tests.linkrig import (

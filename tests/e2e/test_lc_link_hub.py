@@ -80,7 +80,7 @@ async def links() -> AsyncIterator[list[GMLink]]:
 
 async def test_lc_with_link_factory_stores_the_snapshot_and_forgets_stale_objects(
         tmp_path: Path, gm: HubServer) -> None:
-    from lc.store import Store
+    from lc.store.facade import Store
 
     pre = await Store.open(str(tmp_path / "lc.db"))
     await pre.put_resource("Model", "default", "stale", model("stale"))

@@ -16,7 +16,7 @@ import lc.managers.dataset
 from lc.app import LocalController
 from lc.link.dialer import GMLink
 from lc.managers.dataset import DatasetManager
-from lc.store import Store
+from lc.store.facade import Store
 from shared.tasks import Restart
 from tests.conftest import eventually
 from tests.hubfakes import MemSource

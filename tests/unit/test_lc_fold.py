@@ -18,7 +18,8 @@ import pytest
 from lc.fold import fold_key
 from lc.link.backlog import Backlog
 from lc.link.window import InFlight
-from lc.store import OutboxEntry, Store
+from lc.store.facade import Store
+from lc.store.outbox import OutboxEntry
 
 
 def metrics_body(n: int | None) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from lc.link.apply import DELETE, DownstreamApplier, DownstreamQueue, Sweep, Ups
 from lc.link.backoff import Backoff
 from lc.link.dialer import LinkSettings
 from lc.link.window import InFlight
-from lc.store import OutboxEntry
+from lc.store.outbox import OutboxEntry
 
 TIMEOUT = 5.0
 

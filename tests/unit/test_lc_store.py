@@ -24,7 +24,8 @@ from lc.errors import (
     StoreOpenError,
 )
 from lc.groupcommit import GroupCommitter
-from lc.store import SCHEMA_VERSION, Store
+from lc.store.facade import Store
+from lc.store.schema import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,9 @@ from typing import Any
 import orjson
 import pytest
 
-from lc.store import SCHEMA_VERSION, Store, StoreBounds
+from lc.store.bounds import StoreBounds
+from lc.store.facade import Store
+from lc.store.schema import SCHEMA_VERSION
 
 JI = "JointInferenceService"
 
@@ -291,7 +293,7 @@ async def _outbox(store: Store) -> tuple[int, int]:
 
 async def test_a_full_outbox_refuses_worker_reports_and_keeps_what_it_holds(
         tmp_path: Path, clock: Clock) -> None:
-    from lc.store import OutboxFullError
+    from lc.store.outbox import OutboxFullError
 
     store = await _open(tmp_path, clock, outbox_bytes=100_000)
     try:
@@ -349,7 +351,7 @@ async def test_below_its_cap_the_outbox_keeps_covered_reports_for_the_link(
 
 async def test_a_report_superseding_the_newest_fits_in_a_full_outbox(
         tmp_path: Path, clock: Clock) -> None:
-    from lc.store import OutboxFullError
+    from lc.store.outbox import OutboxFullError
 
     store = await _open(tmp_path, clock, outbox_bytes=100_000)
     try:

@@ -20,7 +20,7 @@ from lc.managers.learning.samples import read_samples, split_new
 from lc.managers.learning.spec import annotation_of, spec_field, train_prob
 from lc.managers.learning.stages import SILENT, Body, Stage, current_stage
 from lc.managers.learning.state import JobState
-from lc.store import Store
+from lc.store.facade import Store
 from shared.logs import event
 
 log = logging.getLogger("lc.managers.learning")

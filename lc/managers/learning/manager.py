@@ -16,7 +16,7 @@ from lc.managers.learning.kind import LearningKind
 from lc.managers.learning.loop import LearningJob
 from lc.managers.learning.state import JobState
 from lc.report import WorkerReport
-from lc.store import Store
+from lc.store.facade import Store
 from shared.logs import event
 
 log = logging.getLogger("lc.managers.learning")

@@ -1,0 +1,507 @@
+"""`Store`: the async API over the SQLite file. Every call runs on one dedicated thread with its
+own connection; writes are grouped into one transaction per batch (lc/groupcommit.py), each in
+a savepoint of its own; counters the LC reads often (the outbox's size and last seq, the dead
+letters by reason, what the caps dropped) are kept here as commits land."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import orjson
+
+from lc.errors import StoreClosedError, StoreError
+from lc.groupcommit import BatchObserver, GroupCommitter, Op
+from lc.store.bounds import Page, StoreBounds, page, usage
+from lc.store.codec import encode, encode_sized, head_chars
+from lc.store.deadletters import (
+    DEAD_LETTER_REASONS,
+    DeadLetter,
+    ListedDeadLetter,
+    dead_counts,
+    move_to_dead_letters,
+    trim_dead_letters,
+)
+from lc.store.outbox import (
+    Appended,
+    OutboxEntry,
+    append_rows,
+    check_room,
+    compact_outbox,
+    delete_covered,
+    outbox_counts,
+    outbox_epoch,
+    outbox_row,
+)
+from lc.store.schema import connect
+from lc.store.workers import (
+    LIVE,
+    UPSERT_WORKER,
+    WORKER_COLUMNS,
+    ListedWorker,
+    WorkerRecord,
+    expire_workers,
+    holds,
+    listed_worker,
+    trim_workers,
+    worker_record,
+)
+
+DEFAULT_BOUNDS = StoreBounds()
+
+
+class Store:
+    """Async facade over the SQLite file; open with `await Store.open(path)`."""
+
+    def __init__(self, path: str, executor: ThreadPoolExecutor, conn: sqlite3.Connection,
+                 *, observe: BatchObserver | None, bounds: StoreBounds = DEFAULT_BOUNDS,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.path = path
+        self.bounds = bounds
+        self.clock = clock  # wall-clock seconds: what received_at and the TTLs count in
+        self._executor = executor
+        self._conn = conn
+        self._committer = GroupCommitter(self._run_batch, executor, observe=observe)
+        self._outbox_grew = asyncio.Event()  # replaced by a fresh one after every set
+        self._outbox_size = 0
+        self._last_seq = 0
+        self.outbox_epoch = ""  # set at open, see lc/store/outbox.py outbox_epoch
+        self._dead_counts: dict[str, int] = {}
+        self._dropped: Counter[str] = Counter()  # records dropped by a cap, since open
+        self._open = True
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, path: str, *, synchronous: str = "FULL",
+                   observe: BatchObserver | None = None, bounds: StoreBounds = DEFAULT_BOUNDS,
+                   clock: Callable[[], float] = time.time) -> Store:
+        """Open (creating if needed) and check the database, and bring it within `bounds`;
+        raise a StoreError if unusable."""
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lc-store")
+        loop = asyncio.get_running_loop()
+        try:
+            conn = await loop.run_in_executor(executor, connect, path, synchronous)
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        store = cls(path, executor, conn, observe=observe, bounds=bounds, clock=clock)
+        store._outbox_size, store._last_seq = await store._read(outbox_counts)
+        store.outbox_epoch = await store._read(outbox_epoch)
+        store._committer.start()
+        try:
+            await store._trim()  # a database written under other bounds, or long idle
+        except BaseException:
+            await store.close()
+            raise
+        return store
+
+    @property
+    def is_open(self) -> bool:
+        return self._open
+
+    async def close(self) -> None:
+        """Commit what was already submitted, then close the connection and its thread."""
+        if not self._open:
+            return
+        self._open = False
+        await self._committer.close()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._conn.close)
+        self._executor.shutdown(wait=True)
+
+    async def ping(self) -> None:
+        """Round-trip a trivial query through the DB thread (readiness)."""
+        await self._read(lambda c: c.execute("SELECT 1").fetchone())
+
+    @property
+    def transactions(self) -> int:
+        """How many group-commit transactions have committed (for tests and metrics)."""
+        return self._committer.batches
+
+    # ---- outbox ----------------------------------------------------------------------
+
+    @property
+    def outbox_size(self) -> int:
+        return self._outbox_size
+
+    @property
+    def last_seq(self) -> int:
+        """The highest sequence number ever committed to the outbox."""
+        return self._last_seq
+
+    async def append_report(self, kind: str, namespace: str, name: str, body: Any, *,
+                            source: str = "") -> int:
+        """Durably append one report for the GM (from `source`, a worker or "" for the LC
+        itself, never refused for the outbox's size); returns its sequence number."""
+        rows = [outbox_row(kind, namespace, name, body, source)]
+        cap = self.bounds.outbox_bytes
+        appended = await self.write(lambda c: append_rows(c, rows, cap=cap),
+                                    on_commit=self._published)
+        return appended.seqs[0]
+
+    async def outbox_bytes(self) -> int:
+        """Bytes of the reports in the outbox (their JSON bodies)."""
+        return (await self._read(lambda c: usage(c, "outbox")))[1]
+
+    async def write(self, op: Op, *, on_commit: Callable[[Any], None] | None = None) -> Any:
+        """Run `op(conn)` in the next group-commit transaction; return its result.
+        `on_commit(result)` runs once it committed, even if this caller is cancelled."""
+        if not self._open:
+            raise StoreClosedError("store is closed")
+        return await self._committer.submit(op, on_commit=on_commit)
+
+    def _published(self, appended: Appended) -> None:
+        """Account for committed outbox rows and wake whoever waits for them."""
+        self._outbox_size -= appended.compacted
+        self._dropped.update(outbox_covered=appended.compacted)
+        seqs = appended.seqs
+        if not seqs:
+            return
+        self._outbox_size += len(seqs)
+        self._last_seq = max(self._last_seq, seqs[-1])
+        grew, self._outbox_grew = self._outbox_grew, asyncio.Event()
+        grew.set()
+
+    def _acked(self, deleted: int) -> None:
+        self._outbox_size -= deleted
+
+    async def pending(self, after_seq: int = 0, limit: int = 100) -> list[OutboxEntry]:
+        """Unacked entries with seq > after_seq, oldest first."""
+        rows = await self._read(lambda c: c.execute(
+            "SELECT seq, kind, namespace, name, body, created_at, fold FROM lc_outbox "
+            "WHERE seq > ? ORDER BY seq LIMIT ?", (after_seq, limit)).fetchall())
+        return [OutboxEntry(r[0], r[1], r[2], r[3], orjson.loads(r[4]), r[5], r[6]) for r in rows]
+
+    async def ack(self, upto: int) -> int:
+        """Drop every entry with seq <= upto (cumulative ack); returns how many went."""
+        return await self.write(
+            lambda c: c.execute("DELETE FROM lc_outbox WHERE seq <= ?", (upto,)).rowcount,
+            on_commit=self._acked)
+
+    async def ack_one(self, seq: int, *, fold: str | None = None) -> bool:
+        """Drop the entry `seq` and, with its `fold` key, every older entry of that key (it
+        covered them); True if `seq` was there."""
+
+        def op(conn: sqlite3.Connection) -> tuple[int, int]:
+            mine = conn.execute("DELETE FROM lc_outbox WHERE seq = ?", (seq,)).rowcount
+            return mine, delete_covered(conn, seq, fold)
+
+        mine, _ = await self.write(op, on_commit=lambda r: self._acked(r[0] + r[1]))
+        return mine == 1
+
+    async def wait_outbox(self, after_seq: int, within: float | None = None) -> bool:
+        """Wait up to `within` seconds for an entry with seq > after_seq; False if none came."""
+        try:
+            async with asyncio.timeout(within):
+                while self._last_seq <= after_seq:
+                    await self._outbox_grew.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    # ---- dead letters ----------------------------------------------------------------
+
+    @property
+    def dead_letter_counts(self) -> dict[str, int]:
+        """Dead letters held, by reason."""
+        return dict(self._dead_counts)
+
+    @property
+    def dropped(self) -> dict[str, int]:
+        """Records dropped by a cap since open, by which cap (DROPPED)."""
+        return {what: n for what, n in self._dropped.items() if n}
+
+    async def dead_letter(self, seq: int, *, reason: str, error: str,
+                          fold: str | None = None) -> bool:
+        """Move outbox entry `seq` to the dead letters; False if it was no longer there.
+
+        With its `fold` key, the older entries of that key it covered are dropped with it:
+        the newest value of a latest-wins status could not be applied, and an older one
+        would only show a stale value as current. The dead letter's error counts them."""
+        if reason not in DEAD_LETTER_REASONS:
+            raise ValueError(f"unknown dead-letter reason {reason!r}")
+        bounds, now = self.bounds, self.clock()
+
+        def op(conn: sqlite3.Connection) -> tuple[int, int, Counter[str], dict[str, int]]:
+            covered = delete_covered(conn, seq, fold)
+            why = error if not covered else (f"{error} ({covered} older reports of the same "
+                                             f"object it superseded were dropped with it)")
+            moved = move_to_dead_letters(conn, seq, reason=reason, error=why, now=now,
+                                          body_limit=bounds.dead_letter_body)
+            dropped = Counter(dead_letter=trim_dead_letters(conn, bounds, keep=seq))
+            return moved, covered, dropped, dead_counts(conn)
+
+        def committed(result: tuple[int, int, Counter[str], dict[str, int]]) -> None:
+            self._acked(result[0] + result[1])
+            self._dropped.update(result[2])
+            self._dead_counts = result[3]
+
+        moved, _, _, _ = await self.write(op, on_commit=committed)
+        return moved == 1
+
+    async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        """The newest dead letters, newest first."""
+        rows = await self._read(lambda c: c.execute(
+            "SELECT seq, kind, namespace, name, body, created_at, reason, error, dead_at "
+            "FROM lc_deadletters ORDER BY seq DESC LIMIT ?", (limit,)).fetchall())
+        return [DeadLetter(r[0], r[1], r[2], r[3], orjson.loads(r[4]), *r[5:]) for r in rows]
+
+    async def dead_letter_page(self, *, limit: int, after: tuple[Any, ...] | None,
+                               page_bytes: int) -> Page[ListedDeadLetter]:
+        """Up to `limit` dead letters older than `after` (a page's next_key), newest first,
+        ending early once the page holds `page_bytes` of bodies and errors."""
+        before = after[0] if after else None
+
+        def read(conn: sqlite3.Connection) -> Page[ListedDeadLetter]:
+            cursor = conn.execute(
+                "SELECT seq, kind, namespace, name, body, created_at, reason, error, dead_at, "
+                "bytes FROM lc_deadletters WHERE seq < ? ORDER BY seq DESC",
+                (before if before is not None else 2**63 - 1,))
+            rows = ((ListedDeadLetter(*r[:9]), r[9]) for r in cursor)
+            return page(rows, limit, page_bytes, key=lambda d: (d.seq,))
+
+        return await self._read(read)
+
+    async def get_meta(self, key: str) -> str | None:
+        """A small persistent setting of the LC's own (e.g. the link's suspect horizon)."""
+        row = await self._read(lambda c: c.execute(
+            "SELECT value FROM lc_meta WHERE key = ?", (key,)).fetchone())
+        return None if row is None else row[0]
+
+    async def put_meta(self, key: str, value: str | None) -> None:
+        """Set (or with None, delete) a persistent setting."""
+        if value is None:
+            await self.write(lambda c: c.execute("DELETE FROM lc_meta WHERE key = ?", (key,)))
+        else:
+            await self.write(lambda c: c.execute(
+                "INSERT OR REPLACE INTO lc_meta VALUES (?, ?)", (key, value)))
+
+    # ---- workers ---------------------------------------------------------------------
+
+    async def record_report(self, report: dict[str, Any], *, routed_kind: str | None,
+                            entries: list[tuple[str, str, str, Any]]) -> list[int]:
+        """Store a worker's last report and its outbox entries in one transaction. The
+        record counts as of an unknown owner unless `routed_kind` names a job this node
+        holds; records beyond the TTLs and caps go in the same transaction. Nothing is
+        stored (OutboxFullError) when the entries would take the outbox over its cap."""
+        rows = [outbox_row(k, ns, n, body, report["name"]) for k, ns, n, body in entries]
+        text, size = encode_sized(report)
+        bounds, now = self.bounds, self.clock()
+        key = (report["namespace"], report["name"])
+        worker = (*key, report["ownerKind"], report["ownerName"], text, now, routed_kind, size)
+
+        def op(conn: sqlite3.Connection) -> tuple[Appended, Counter[str]]:
+            check_room(conn, rows, bounds.outbox_bytes)
+            expire_workers(conn, bounds, now)
+            known = routed_kind is not None and holds(conn, routed_kind, key[0],
+                                                       report["ownerName"])
+            conn.execute(UPSERT_WORKER, (*worker, int(known)))
+            appended = append_rows(conn, rows, cap=bounds.outbox_bytes)
+            return appended, trim_workers(conn, bounds, keep=key)
+
+        appended, _ = await self.write(op, on_commit=self._recorded)
+        return appended.seqs
+
+    def _recorded(self, result: tuple[Appended, Counter[str]]) -> None:
+        self._published(result[0])
+        self._dropped.update(result[1])
+
+    async def route_worker(self, namespace: str, name: str, received_at: float, *,
+                           routed_kind: str, entries: list[tuple[str, str, str, Any]]) -> bool:
+        """Mark a stored report routed to its (now known) job and append its entries, unless
+        a newer one replaced it. Never refused for the outbox's size: the report was
+        accepted, and what waits is bounded by the unknown owners' cap."""
+        rows = [outbox_row(k, ns, n, body, name) for k, ns, n, body in entries]
+        cap = self.bounds.outbox_bytes
+
+        def op(conn: sqlite3.Connection) -> Appended:
+            cur = conn.execute(
+                "UPDATE lc_workers SET routed_kind = ?, owner_known = 1 WHERE namespace = ? "
+                "AND name = ? AND received_at = ? AND routed_kind IS NULL",
+                (routed_kind, namespace, name, received_at))
+            return append_rows(conn, rows, cap=cap) if cur.rowcount == 1 else Appended([])
+
+        appended = await self.write(op, on_commit=self._published)
+        return bool(appended.seqs) or not rows
+
+    async def workers(self) -> list[WorkerRecord]:
+        """The last report of every worker within its TTL, by namespace and name (whole
+        reports, every row: for tests and tools; the API lists with `worker_page`)."""
+        rows = await self._read(lambda c: c.execute(
+            f"SELECT {WORKER_COLUMNS} FROM lc_workers WHERE {LIVE} ORDER BY namespace, name",
+            self._cutoffs()).fetchall())
+        return [worker_record(r) for r in rows]
+
+    async def worker_page(self, *, limit: int, after: tuple[Any, ...] | None, item_bytes: int,
+                          page_bytes: int) -> Page[ListedWorker]:
+        """Up to `limit` worker records after `after` (a page's next_key) by namespace and
+        name, each report cut to `item_bytes` (`truncated_json`), ending early once the
+        page holds `page_bytes` of reports; a long report is never read whole."""
+        start = tuple(after) if after else ("", "")
+        args = (item_bytes, head_chars(item_bytes), *start, *self._cutoffs())
+
+        def read(conn: sqlite3.Connection) -> Page[ListedWorker]:
+            cursor = conn.execute(
+                "SELECT namespace, name, owner_kind, owner_name, routed_kind, received_at, "
+                "owner_known, bytes, CASE WHEN bytes <= ? THEN report ELSE substr(report, 1, ?) "
+                f"END FROM lc_workers WHERE (namespace, name) > (?, ?) AND {LIVE} "
+                "ORDER BY namespace, name", args)
+            rows = ((listed_worker(r, item_bytes), min(r[7], item_bytes)) for r in cursor)
+            return page(rows, limit, page_bytes, key=lambda w: (w.namespace, w.name))
+
+        return await self._read(read)
+
+    def _cutoffs(self) -> tuple[float, float]:
+        """The oldest received_at still live for known and for unknown owners."""
+        now = self.clock()
+        return now - self.bounds.worker_ttl, now - self.bounds.unknown_ttl
+
+    async def forget_workers(self, namespace: str, owner_name: str, *, routed_kind: str,
+                             unrouted: bool) -> int:
+        """Drop the worker records of one job (routed to `routed_kind`, and with `unrouted`
+        those no job took yet); returns how many went."""
+        sql = ("DELETE FROM lc_workers WHERE namespace = ? AND owner_name = ? AND "
+               "(routed_kind = ?" + (" OR routed_kind IS NULL)" if unrouted else ")"))
+        return await self.write(lambda c: c.execute(
+            sql, (namespace, owner_name, routed_kind)).rowcount)
+
+    async def unrouted(self, namespace: str, owner_name: str) -> list[WorkerRecord]:
+        """Stored reports for this owner, within their TTL, that no manager has taken yet."""
+        rows = await self._read(lambda c: c.execute(
+            f"SELECT {WORKER_COLUMNS} FROM lc_workers WHERE namespace = ? AND owner_name = ? "
+            f"AND routed_kind IS NULL AND {LIVE} ORDER BY received_at",
+            (namespace, owner_name, *self._cutoffs())).fetchall())
+        return [worker_record(r) for r in rows]
+
+    async def _trim(self) -> None:
+        """Apply the TTLs and caps now (at open: the file may predate them)."""
+        bounds, now = self.bounds, self.clock()
+
+        def op(conn: sqlite3.Connection) -> tuple[Counter[str], dict[str, int]]:
+            expire_workers(conn, bounds, now)
+            dropped = trim_workers(conn, bounds, keep=None)
+            dropped.update(dead_letter=trim_dead_letters(conn, bounds, keep=None),
+                           outbox_covered=compact_outbox(conn, bounds.outbox_bytes))
+            return +dropped, dead_counts(conn)
+
+        dropped, self._dead_counts = await self.write(op)
+        self._dropped.update(dropped)
+        self._outbox_size -= dropped["outbox_covered"]
+
+    # ---- resources -------------------------------------------------------------------
+
+    async def put_resource(self, kind: str, namespace: str, name: str, obj: Any) -> None:
+        """Insert or replace the object the GM sent for (kind, namespace, name); the worker
+        records routed to it are now of a known owner."""
+        row = (kind, namespace, name, encode(obj), time.time())
+
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT OR REPLACE INTO lc_resources VALUES (?,?,?,?,?)", row)
+            conn.execute("UPDATE lc_workers SET owner_known = 1 WHERE namespace = ? AND "
+                         "owner_name = ? AND routed_kind = ? AND owner_known = 0",
+                         (namespace, name, kind))
+
+        await self.write(op)
+
+    async def delete_resource(self, kind: str, namespace: str, name: str) -> bool:
+        """Forget a resource and its job state; True if it was known."""
+        key = (kind, namespace, name)
+
+        def op(conn: sqlite3.Connection) -> bool:
+            conn.execute("DELETE FROM lc_job_state WHERE kind=? AND namespace=? AND name=?", key)
+            return conn.execute("DELETE FROM lc_resources WHERE kind=? AND namespace=? "
+                                "AND name=?", key).rowcount == 1
+
+        return await self.write(op)
+
+    async def get_resource(self, kind: str, namespace: str, name: str) -> Any | None:
+        row = await self._read(lambda c: c.execute(
+            "SELECT object FROM lc_resources WHERE kind=? AND namespace=? AND name=?",
+            (kind, namespace, name)).fetchone())
+        return None if row is None else orjson.loads(row[0])
+
+    async def list_resources(self, kind: str | None = None) -> list[tuple[str, str, str, Any]]:
+        """(kind, namespace, name, object) of every stored resource, optionally one kind."""
+        sql = "SELECT kind, namespace, name, object FROM lc_resources"
+        args: tuple[str, ...] = ()
+        if kind is not None:
+            sql, args = sql + " WHERE kind = ?", (kind,)
+        rows = await self._read(lambda c: c.execute(sql + " ORDER BY 1, 2, 3", args).fetchall())
+        return [(r[0], r[1], r[2], orjson.loads(r[3])) for r in rows]
+
+    # ---- job state -------------------------------------------------------------------
+
+    async def put_state(self, kind: str, namespace: str, name: str, state: Any) -> None:
+        """Persist a manager's small per-job state (e.g. the last reported sample count)."""
+        row = (kind, namespace, name, encode(state), time.time())
+        await self.write(lambda c: c.execute(
+            "INSERT OR REPLACE INTO lc_job_state VALUES (?,?,?,?,?)", row))
+
+    async def append_report_with_state(self, kind: str, namespace: str, name: str, body: Any,
+                                       state: Any) -> int:
+        """Append one report and replace the job state of (kind, namespace, name) in one
+        transaction, so a manager whose state records what it reported neither sends a
+        report twice nor loses one across a crash; returns the report's sequence number."""
+        rows = [outbox_row(kind, namespace, name, body, "")]
+        row = (kind, namespace, name, encode(state), time.time())
+        cap = self.bounds.outbox_bytes
+
+        def op(conn: sqlite3.Connection) -> Appended:
+            appended = append_rows(conn, rows, cap=cap)
+            conn.execute("INSERT OR REPLACE INTO lc_job_state VALUES (?,?,?,?,?)", row)
+            return appended
+
+        appended = await self.write(op, on_commit=self._published)
+        return appended.seqs[0]
+
+    async def get_state(self, kind: str, namespace: str, name: str) -> Any | None:
+        row = await self._read(lambda c: c.execute(
+            "SELECT state FROM lc_job_state WHERE kind=? AND namespace=? AND name=?",
+            (kind, namespace, name)).fetchone())
+        return None if row is None else orjson.loads(row[0])
+
+    # ---- thread side -----------------------------------------------------------------
+
+    async def _read(self, fn: Op) -> Any:
+        if not self._open:
+            raise StoreClosedError("store is closed")
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, fn, self._conn)
+        except sqlite3.Error as exc:
+            raise StoreError(f"read failed: {exc}") from None
+
+    def _run_batch(self, ops: list[Op]) -> list[Any]:
+        """One transaction; each op in a savepoint so one failing op spares the others."""
+        conn = self._conn
+        results: list[Any] = []
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for op in ops:
+                results.append(_run_in_savepoint(conn, op))
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return results
+
+
+def _run_in_savepoint(conn: sqlite3.Connection, op: Op) -> Any:
+    conn.execute("SAVEPOINT op")
+    try:
+        result = op(conn)
+    except (sqlite3.Error, StoreError, ValueError, TypeError, KeyError) as exc:
+        conn.execute("ROLLBACK TO op")
+        conn.execute("RELEASE op")
+        # without its traceback: it would keep the op's frame, and what it wrote, alive
+        return (exc if isinstance(exc, StoreError)
+                else StoreError(f"write failed: {exc}")).with_traceback(None)
+    conn.execute("RELEASE op")
+    return result

@@ -1,0 +1,127 @@
+"""The outbox's rows, and its work on the DB thread: appending reports (refused when they would
+take it over its cap, covered rows deleted once it is over), deleting what an ack or a newer
+report covers, and the outbox epoch."""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from lc.errors import StoreBusyError
+from lc.fold import fold_key
+from lc.store.bounds import usage
+from lc.store.codec import encode_sized
+
+
+class OutboxFullError(StoreBusyError):
+    """The outbox holds as many bytes of reports as it may; retry once the GM took some."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxEntry:
+    """One report waiting for the GM's ack."""
+
+    seq: int
+    kind: str
+    namespace: str
+    name: str
+    body: Any
+    created_at: float
+    fold: str | None = None  # lc/fold.py: a newer entry with this key covers this one
+
+    @property
+    def object_key(self) -> tuple[str, str, str]:
+        return (self.kind, self.namespace, self.name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry as the plain dict the link encodes."""
+        return {"seq": self.seq, "kind": self.kind, "namespace": self.namespace,
+                "name": self.name, "body": self.body}
+
+
+Row = tuple[str, str, str, str, str | None, int]
+"""An outbox row to insert: kind, namespace, name, body JSON, fold key, the body's bytes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """What an append committed: the new rows' seqs, and how many covered rows went."""
+
+    seqs: list[int]
+    compacted: int = 0
+
+
+def outbox_row(kind: str, namespace: str, name: str, body: Any, source: str) -> Row:
+    text, size = encode_sized(body)
+    return (kind, namespace, name, text, fold_key(kind, namespace, name, body, source=source),
+            size)
+
+
+def append_rows(conn: sqlite3.Connection, rows: list[Row], *, cap: int) -> Appended:
+    """Insert `rows`; once the outbox is over `cap`, delete the rows newer ones cover."""
+    now = time.time()
+    seqs = []
+    for kind, namespace, name, body, fold, size in rows:
+        cur = conn.execute("INSERT INTO lc_outbox (kind, namespace, name, body, created_at, "
+                           "fold, bytes) VALUES (?,?,?,?,?,?,?)",
+                           (kind, namespace, name, body, now, fold, size))
+        seqs.append(cur.lastrowid)
+    return Appended(seqs, compact_outbox(conn, cap))
+
+
+def check_room(conn: sqlite3.Connection, rows: list[Row], cap: int) -> None:
+    """Refuse (OutboxFullError) rows that would take the outbox over `cap`, counting as
+    room what covered rows take and what the rows themselves would cover. An empty outbox
+    takes anything, so no report waits for room that cannot come."""
+    records, used = usage(conn, "outbox")
+    adding = sum(row[5] for row in rows)
+    if records == 0 or used + adding <= cap:
+        return
+    covered = usage(conn, "outbox_covered")[1]
+    superseded = sum(_newest_bytes(conn, fold) for fold in {row[4] for row in rows} - {None})
+    live = used - covered - superseded
+    if live + adding > cap:
+        raise OutboxFullError(f"the outbox is full: {live} bytes of reports wait for the GM, "
+                              f"and {adding} more would pass its cap of {cap}")
+
+
+def _newest_bytes(conn: sqlite3.Connection, fold: str) -> int:
+    """Bytes of the one uncovered row with fold key `fold` (0 if there is none)."""
+    row = conn.execute("SELECT bytes FROM lc_outbox WHERE fold = ? AND covered = 0",
+                       (fold,)).fetchone()
+    return row[0] if row else 0
+
+
+def compact_outbox(conn: sqlite3.Connection, cap: int) -> int:
+    """Delete the covered rows when the outbox is over `cap`; how many went."""
+    if usage(conn, "outbox")[1] <= cap or usage(conn, "outbox_covered")[0] == 0:
+        return 0
+    return conn.execute("DELETE FROM lc_outbox WHERE covered = 1").rowcount
+
+
+def delete_covered(conn: sqlite3.Connection, seq: int, fold: str | None) -> int:
+    """Delete the entries older than `seq` that share its fold key; how many went."""
+    if fold is None:
+        return 0
+    return conn.execute("DELETE FROM lc_outbox WHERE fold = ? AND seq < ?", (fold, seq)).rowcount
+
+
+def outbox_epoch(conn: sqlite3.Connection) -> str:
+    """The random id this database's outbox got when it was first opened.
+
+    Outbox seqs only grow within one database file; a wiped file starts again at 1. The GM
+    orders a node's reports by (epoch, seq), so a new file (new epoch) is not mistaken for
+    a replay of the old one's first reports. Autocommit: the INSERT is durable at once.
+    """
+    conn.execute("INSERT OR IGNORE INTO lc_meta (key, value) VALUES ('outbox_epoch', ?)",
+                 (secrets.token_hex(8),))
+    return conn.execute("SELECT value FROM lc_meta WHERE key = 'outbox_epoch'").fetchone()[0]
+
+
+def outbox_counts(conn: sqlite3.Connection) -> tuple[int, int]:
+    size = conn.execute("SELECT COUNT(*) FROM lc_outbox").fetchone()[0]
+    row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'lc_outbox'").fetchone()
+    return size, (row[0] if row else 0)

@@ -1,0 +1,110 @@
+"""The worker records (the last report of each worker, `GET /sedna/workers`), and their work on
+the DB thread: the TTLs (shorter for an owner this node does not hold) and the byte caps,
+oldest first, never the record just written."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from lc.store.bounds import StoreBounds, usage
+from lc.store.codec import truncated_json
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    """The last report of one worker and where it was routed (None: not yet)."""
+
+    namespace: str
+    name: str
+    owner_kind: str
+    owner_name: str
+    report: dict[str, Any]
+    received_at: float
+    routed_kind: str | None
+    owner_known: bool = True  # its owner is a job this node holds
+
+
+@dataclass(frozen=True, slots=True)
+class ListedWorker:
+    """A worker record as listed: its report as JSON text of bounded length."""
+
+    namespace: str
+    name: str
+    owner_kind: str
+    owner_name: str
+    routed_kind: str | None
+    received_at: float
+    owner_known: bool
+    report_json: str  # the report, or a truncation marker (`truncated_json`)
+
+
+WORKER_COLUMNS = ("namespace, name, owner_kind, owner_name, report, received_at, routed_kind, "
+                   "owner_known")
+LIVE = "received_at >= iif(owner_known, ?, ?)"
+"""A worker record within its TTL; the arguments are `Store._cutoffs()`."""
+UPSERT_WORKER = (
+    "INSERT INTO lc_workers (namespace, name, owner_kind, owner_name, report, received_at, "
+    "routed_kind, bytes, owner_known) VALUES (?,?,?,?,?,?,?,?,?) "
+    "ON CONFLICT (namespace, name) DO UPDATE SET owner_kind = excluded.owner_kind, "
+    "owner_name = excluded.owner_name, report = excluded.report, "
+    "received_at = excluded.received_at, routed_kind = excluded.routed_kind, "
+    "bytes = excluded.bytes, owner_known = excluded.owner_known")
+
+
+def holds(conn: sqlite3.Connection, kind: str, namespace: str, name: str) -> bool:
+    """Whether this node holds the object (kind, namespace, name)."""
+    return conn.execute("SELECT 1 FROM lc_resources WHERE kind = ? AND namespace = ? AND "
+                        "name = ?", (kind, namespace, name)).fetchone() is not None
+
+
+def expire_workers(conn: sqlite3.Connection, bounds: StoreBounds, now: float) -> None:
+    conn.execute("DELETE FROM lc_workers WHERE received_at < ?", (now - bounds.worker_ttl,))
+    conn.execute("DELETE FROM lc_workers WHERE owner_known = 0 AND received_at < ?",
+                 (now - bounds.unknown_ttl,))
+
+
+def trim_workers(conn: sqlite3.Connection, bounds: StoreBounds, *,
+                  keep: tuple[str, str] | None) -> Counter[str]:
+    """Drop the oldest records over each byte cap, never `keep` (the one just written)."""
+    dropped = Counter(
+        unknown_owner=_drop_oldest_workers(conn, "unknown_owner", bounds.unknown_owner_bytes,
+                                           keep),
+        worker=_drop_oldest_workers(conn, "workers", bounds.workers_bytes, keep))
+    return +dropped
+
+
+def _drop_oldest_workers(conn: sqlite3.Connection, what: str, cap: int,
+                         keep: tuple[str, str] | None) -> int:
+    excess = usage(conn, what)[1] - cap
+    if excess <= 0:
+        return 0
+    where = "WHERE owner_known = 0 " if what == "unknown_owner" else ""
+    victims: list[tuple[str, str]] = []
+    cursor = conn.execute(f"SELECT namespace, name, bytes FROM lc_workers {where}"
+                          "ORDER BY received_at")
+    for namespace, name, size in cursor:
+        if (namespace, name) != keep:
+            victims.append((namespace, name))
+            excess -= size
+            if excess <= 0:
+                break
+    cursor.close()
+    conn.executemany("DELETE FROM lc_workers WHERE namespace = ? AND name = ?", victims)
+    return len(victims)
+
+
+def listed_worker(row: tuple[Any, ...], item_bytes: int) -> ListedWorker:
+    size, text = row[7], row[8]
+    report = text if size <= item_bytes else truncated_json(text, size, item_bytes)
+    return ListedWorker(row[0], row[1], row[2], row[3], row[4], row[5], bool(row[6]), report)
+
+
+def worker_record(row: tuple[Any, ...]) -> WorkerRecord:
+    """A WorkerRecord from a row of WORKER_COLUMNS."""
+    return WorkerRecord(row[0], row[1], row[2], row[3], orjson.loads(row[4]), row[5], row[6],
+                        bool(row[7]))
