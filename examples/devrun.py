@@ -57,7 +57,7 @@ from examples import realcluster  # noqa: E402
 from gm.app import GlobalManager  # noqa: E402
 from gm.config import parse_config  # noqa: E402
 from gm.kube.client import KubeClient  # noqa: E402
-from gm.kube.config import ClientSettings  # noqa: E402
+from gm.kube.kubeconfig import ClientSettings  # noqa: E402
 from lc.app import LocalController  # noqa: E402
 from lc.config import load as load_lc_config  # noqa: E402
 from lc.link.dialer import link_factory  # noqa: E402

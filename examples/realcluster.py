@@ -22,8 +22,8 @@ from typing import Any
 import yaml
 
 from devcluster.cluster import KubeYamlLoader
+from gm.kube.apierrors import ApiError
 from gm.kube.client import KubeClient
-from gm.kube.errors import ApiError
 from gm.kube.resources import GVR, sedna_gvr
 from shared import apis
 

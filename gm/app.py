@@ -34,7 +34,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gm.config import ConfigError, GMConfig, WorkerConfig, split_list
+from gm.config import GMConfig, WorkerConfig, split_list
 from gm.edge.auth import (
     AuthConfigError,
     Authenticator,
@@ -50,15 +50,16 @@ from gm.edge.hub import PLACEMENT_GRACE, Hub
 from gm.edge.objects import EdgeObjects
 from gm.edge.pipeline import StatusPipeline
 from gm.edge.status import UpstreamStatus
+from gm.errors import ConfigError, GMError
 from gm.http_errors import error_response, json_errors, refusal
 from gm.kinds import DECLARATIONS
 from gm.kube.client import KubeClient
-from gm.kube.config import ClientSettings
 from gm.kube.events import EventRecorder
 from gm.kube.informer import InformerFactory, InformerFailed
+from gm.kube.kubeconfig import ClientSettings
 from gm.kube.leader import LeaderElector, LeaderSettings
 from gm.kube.metrics import KubeMetrics
-from gm.kube.status import StatusWriter
+from gm.kube.statuswriter import StatusWriter
 from gm.kube.workqueue import WorkQueue
 from gm.reconcile.caches import transform_for
 from gm.reconcile.context import Context
@@ -79,7 +80,7 @@ HUB_SYNC_WAIT = 10.0  # how long an LC's upgrade waits for the caches before a 5
 TASK_STOP_TIMEOUT = 10.0  # how long stop() waits for each supervised task
 
 
-class LeadershipLost(Exception):
+class LeadershipLost(GMError):
     """The lease was lost (not renewed in time, or taken); the controllers have stopped."""
 
 
@@ -149,7 +150,7 @@ class GlobalManager:
     def _build_controllers(self) -> None:
         assert self.client is not None and self.informers is not None
         # One writer for the reconcilers and the edge reports: each starts from the other's last
-        # write of an object instead of the lagging cache (gm/kube/status.py).
+        # write of an object instead of the lagging cache (gm/kube/statuswriter.py).
         self.status_writer = StatusWriter(self.client, cache=self.informers.get_cached)
         base = Context(client=self.client, informers=self.informers, status=self.status_writer,
                        events=None,  # type: ignore[arg-type]  # one recorder per controller below

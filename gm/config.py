@@ -17,12 +17,12 @@ from urllib.parse import urlparse
 
 import yaml
 
+from gm.errors import ConfigError
+
 # a Kubernetes object name (RFC 1123 subdomain), as namespaces and ServiceAccounts are named
 _DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
-class ConfigError(ValueError):
-    """The configuration file cannot be used; the message names the key."""
 
 
 # -- the settings that reach worker objects (env values, images) -------------------------

@@ -37,8 +37,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gm.config import yaml_mapping
+from gm.errors import ConfigError, GMError
+from gm.kube.apierrors import ApiError
 from gm.kube.client import KubeClient
-from gm.kube.errors import ApiError
 from gm.kube.resources import SECRETS
 from gm.kube.tokenreview import TokenReviewResult, review_token
 from shared.logs import event
@@ -50,7 +51,7 @@ MIN_TOKEN_LENGTH = 16  # shorter strings are guessable, not secrets
 NODE_TOKENS_KEY = "tokens.yaml"  # the Secret key holding the token -> node table
 
 
-class AuthError(Exception):
+class AuthError(GMError):
     """A connection that cannot be admitted; `status` is the HTTP answer."""
 
     status = 401
@@ -72,7 +73,7 @@ class AuthUnavailable(AuthError):
     status = 503
 
 
-class AuthConfigError(ValueError):
+class AuthConfigError(ConfigError):
     """A node token table or an authentication setting that cannot be used."""
 
 

@@ -46,9 +46,9 @@ from typing import Any
 
 from gm.edge.order import Guard, ReportStamp, SeqLedger
 from gm.edge.reports import ReportInvalid, ReportRefused
-from gm.kube.errors import ApiError, BadRequest, Invalid, NotFound
+from gm.kube.apierrors import ApiError, BadRequest, Invalid, NotFound
 from gm.kube.resources import GVR
-from gm.kube.status import StatusWriter
+from gm.kube.statuswriter import StatusWriter
 from shared.logs import event
 
 log = logging.getLogger("sedna.gm.edge.pipeline")

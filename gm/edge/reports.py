@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from gm.errors import GMError
 from shared import apis
 from shared.objects import find_condition, set_condition
 
@@ -37,7 +38,7 @@ Metric = dict[str, str]
 # -- what becomes of a report ----------------------------------------------------------
 
 
-class ReportError(Exception):
+class ReportError(GMError):
     """Base of the errors a status handler raises to steer the hub: what becomes of a report."""
 
 

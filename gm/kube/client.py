@@ -19,8 +19,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from gm.kube.config import ClientSettings, Connection, load_connection
-from gm.kube.errors import (
+from gm.kube.apierrors import (
     ApiError,
     Expired,
     Unavailable,
@@ -28,6 +27,7 @@ from gm.kube.errors import (
     error_from_status,
     transport_error,
 )
+from gm.kube.kubeconfig import ClientSettings, Connection, load_connection
 from gm.kube.metrics import KubeMetrics
 from gm.kube.ratelimit import TokenBucket
 from gm.kube.resources import GVR

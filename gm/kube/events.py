@@ -24,8 +24,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from gm.kube.apierrors import AlreadyExists, ApiError, NotFound, Unavailable
 from gm.kube.client import KubeClient
-from gm.kube.errors import AlreadyExists, ApiError, NotFound, Unavailable
 from gm.kube.metrics import KubeMetrics
 from gm.kube.ratelimit import TokenBucket
 from gm.kube.resources import EVENTS

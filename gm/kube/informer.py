@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gm.errors import GMError
 from gm.kube.client import KubeClient
 from gm.kube.metrics import KubeMetrics
 from gm.kube.reflector import Reflector, ReflectorSettings
@@ -49,11 +50,11 @@ class Handler:
     on_delete: Callable[[Obj], None] | None = None
 
 
-class InformerFailed(Exception):
+class InformerFailed(GMError):
     """The informer's task died of a bug; waiting for its sync cannot succeed."""
 
 
-class CacheSyncTimeout(Exception):
+class CacheSyncTimeout(GMError):
     """Some caches did not complete their first list in time; the message names them."""
 
     def __init__(self, within: float, unsynced: list[str]):

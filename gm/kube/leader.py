@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from gm.errors import GMError
+from gm.kube.apierrors import AlreadyExists, ApiError, Conflict, NotFound
 from gm.kube.client import KubeClient
-from gm.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
 from gm.kube.metrics import KubeMetrics
 from gm.kube.resources import LEASES
 from shared.logs import event
@@ -60,7 +61,7 @@ class LeaderSettings:
             raise ValueError("need lease_duration > renew_deadline > retry_period > 0")
 
 
-class LeaseBlocked(Exception):
+class LeaseBlocked(GMError):
     """The lease cannot be read or written until an operator acts (namespace, RBAC)."""
 
 

@@ -16,8 +16,8 @@ import random
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gm.kube.apierrors import ApiError, Expired
 from gm.kube.client import KubeClient
-from gm.kube.errors import ApiError, Expired
 from gm.kube.metrics import KubeMetrics
 from gm.kube.resources import GVR
 from shared.logs import event

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gm.kube.apierrors import Unavailable
 from gm.kube.client import KubeClient
-from gm.kube.errors import Unavailable
 from gm.kube.resources import GVR
 
 TOKENREVIEWS = GVR("authentication.k8s.io", "v1", "tokenreviews", namespaced=False)

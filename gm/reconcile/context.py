@@ -21,7 +21,7 @@ from gm.kube.client import KubeClient
 from gm.kube.events import EventRecorder
 from gm.kube.informer import InformerFactory, SharedInformer
 from gm.kube.resources import GVR, SECRETS
-from gm.kube.status import StatusWriter
+from gm.kube.statuswriter import StatusWriter
 from gm.workers.owned import MANAGED_SELECTOR
 
 

@@ -31,7 +31,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any, NoReturn
 
-from gm.kube.errors import (
+from gm.errors import OwnerGone, TemporaryError
+from gm.kube.apierrors import (
     AlreadyExists,
     ApiError,
     BadRequest,
@@ -44,7 +45,6 @@ from gm.kube.resources import GVR
 from gm.reconcile.context import Context, own_key
 from gm.reconcile.planning import ChildPlan, merge_for_update
 from gm.reconcile.problems import ChildRejected, Problem, problem_of
-from gm.reconcile.runner import OwnerGone, TemporaryError
 from gm.workers.owned import MANAGED_BY, MANAGED_BY_LABEL
 from shared.logs import event
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gm.kube.errors import ApiError
-from gm.reconcile.runner import PermanentError, TemporaryError
+from gm.errors import GMError, PermanentError, TemporaryError
+from gm.kube.apierrors import ApiError
 from gm.workers.specerrors import SpecError
 
 MAX_MESSAGE = 512  # a condition message quotes the server; keep it readable
@@ -38,7 +38,7 @@ class Problem:
         return TemporaryError(text) if self.retryable else PermanentError(text)
 
 
-class ChildRejected(Exception):
+class ChildRejected(GMError):
     """The API server refused to create or update a child built from the spec."""
 
     def __init__(self, *, kind: str, namespace: str, name: str, verb: str, error: ApiError,

@@ -33,7 +33,8 @@ from typing import Any
 
 from gm.config import GMConfig, split_list
 from gm.edge.reports import edge_view
-from gm.kube.errors import ApiError, Conflict, NotFound
+from gm.errors import TemporaryError
+from gm.kube.apierrors import ApiError, Conflict, NotFound
 from gm.kube.informer import SharedInformer
 from gm.kube.resources import GVR, NODES, sedna_gvr
 from gm.reconcile.context import Context, children_by_name, on_any_change, own_key, owner_key, split
@@ -47,7 +48,7 @@ from gm.reconcile.declaration import Dependencies, KindDeclaration, Observed, Ow
 from gm.reconcile.executor import execute, report_problem, write_status
 from gm.reconcile.planning import outdated, plan_children
 from gm.reconcile.problems import PROBLEMS, Problem
-from gm.reconcile.runner import Requeue, TemporaryError
+from gm.reconcile.runner import Requeue
 from gm.workers.template import ServiceAccountRef, refuse_service_account
 from shared import apis
 from shared.logs import event

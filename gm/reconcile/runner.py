@@ -6,6 +6,8 @@ A reconcile returns a typed outcome instead of (bool, error) pairs:
 - raising `TemporaryError` (or any unexpected exception): retried with per-key backoff;
 - raising `PermanentError`: logged, not retried until the next change event;
 - raising `OwnerGone`: the object was deleted mid-reconcile; nothing is left to do.
+The outcome classes and the table from an error to what happens to the key (`retry_of`) are
+gm/errors.py's.
 A failure that keeps coming back is logged at warning level from the `WARN_AFTER`th retry
 on, so a silent retry loop cannot hide in info lines. Every outcome is counted per controller so `/metrics` shows reconcile rate, latency and
 errors.
@@ -19,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 
+from gm.errors import Retry, retry_of
 from gm.kube.workqueue import SHUTDOWN, WorkQueue
 from shared.logs import event
 from shared.metrics import Registry
@@ -32,23 +35,6 @@ WARN_AFTER = 5  # consecutive retries of one key before its failure is logged as
 @dataclass(frozen=True, slots=True)
 class Requeue:
     after: float
-
-
-class TemporaryError(Exception):
-    """Retry with backoff (or after `delay` seconds when given)."""
-
-    def __init__(self, message: str, *, delay: float | None = None):
-        super().__init__(message)
-        self.delay = delay
-
-
-class PermanentError(Exception):
-    """Do not retry: only a new change to the object can help."""
-
-
-class OwnerGone(Exception):
-    """The reconciled object was deleted (or replaced by a new one of that name) while the
-    reconcile ran: stop without retrying; the delete event already said all there is."""
 
 
 Reconcile = Callable[[str], Awaitable["Requeue | None"]]
@@ -100,28 +86,34 @@ class ControllerRunner:
         result = "error"
         try:
             result = self._settle(key, await self._reconcile(str(key)))
-        except PermanentError as exc:
-            result = "permanent"
-            self.queue.forget(key)
-            event(log, "reconcile failed, waiting for a change", level=logging.WARNING,
-                  controller=self.name, key=key, error=str(exc))
-        except OwnerGone as exc:
-            result = "gone"
-            self.queue.forget(key)
-            event(log, "object gone mid-reconcile", level=logging.DEBUG, controller=self.name, key=key,
-                  error=str(exc))
-        except TemporaryError as exc:
-            self._retry(key, exc.delay)
-            event(log, "reconcile will retry", level=self._retry_level(key), controller=self.name,
-                  key=key, error=str(exc), retries=self.queue.num_requeues(key))
         except asyncio.CancelledError:
             raise
-        except Exception:  # a bug or an unexpected API failure must not kill the worker
-            self._retry(key, None)
-            event(log, "reconcile crashed", level=logging.ERROR, exc_info=True, controller=self.name, key=key)
+        except Exception as exc:  # a bug or an unexpected API failure must not kill the worker
+            result = self._failed(key, exc)
         finally:
             self._metrics.total.inc(self.name, result)
             self._metrics.latency.observe(time.monotonic() - started, self.name)
+
+    def _failed(self, key: Hashable, exc: Exception) -> str:
+        """Act on the key as `retry_of` says; returns the metrics result."""
+        retry, delay = retry_of(exc)
+        if retry is Retry.WAIT_FOR_CHANGE:
+            self.queue.forget(key)
+            event(log, "reconcile failed, waiting for a change", level=logging.WARNING,
+                  controller=self.name, key=key, error=str(exc))
+            return "permanent"
+        if retry is Retry.GONE:
+            self.queue.forget(key)
+            event(log, "object gone mid-reconcile", level=logging.DEBUG, controller=self.name, key=key,
+                  error=str(exc))
+            return "gone"
+        self._retry(key, delay)
+        if retry is Retry.BACKOFF:
+            event(log, "reconcile will retry", level=self._retry_level(key), controller=self.name,
+                  key=key, error=str(exc), retries=self.queue.num_requeues(key))
+        else:
+            event(log, "reconcile crashed", level=logging.ERROR, exc_info=True, controller=self.name, key=key)
+        return "error"
 
     def _settle(self, key: Hashable, outcome: Requeue | None) -> str:
         self.queue.forget(key)

@@ -9,8 +9,10 @@ condition.
 
 from __future__ import annotations
 
+from gm.errors import GMError
 
-class SpecError(Exception):
+
+class SpecError(GMError):
     """Base: the desired workers of a CR cannot be computed."""
 
     retryable = False

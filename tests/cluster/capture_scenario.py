@@ -356,7 +356,7 @@ async def asyncio_client(d: Driver) -> None:
 
 async def gm_client(d: Driver) -> None:
     from gm.kube.client import KubeClient
-    from gm.kube.config import ClientSettings
+    from gm.kube.kubeconfig import ClientSettings
     from gm.kube.resources import CONFIGMAPS, EVENTS, GVR
 
     datasets = GVR("sedna.io", "v1alpha1", "datasets")

@@ -16,7 +16,7 @@ import pytest
 from gm.app import GlobalManager
 from gm.config import parse_config
 from gm.kube.client import KubeClient
-from gm.kube.config import ClientSettings
+from gm.kube.kubeconfig import ClientSettings
 from tests.cluster.plugin import Cluster
 
 # generous, bounded: the real cluster runs on a busy 2-core machine next to the rest of the suite

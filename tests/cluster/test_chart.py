@@ -28,7 +28,7 @@ import yaml
 
 from gm.app import GlobalManager
 from gm.config import parse_config
-from gm.kube.errors import NotFound
+from gm.kube.apierrors import NotFound
 from gm.kube.resources import DATASETS, DEPLOYMENTS, EVENTS, PODS, sedna_gvr
 from proto import SUBPROTOCOL
 from shared import apis

@@ -14,7 +14,7 @@ import copy
 
 import pytest
 
-from gm.kube.errors import Conflict, NotFound
+from gm.kube.apierrors import Conflict, NotFound
 from gm.kube.resources import DEPLOYMENTS, EVENTS, GVR, PODS, SERVICES, sedna_gvr
 from shared import apis
 from tests.cluster.conftest import WITHIN, in_namespace

@@ -11,7 +11,7 @@ import yaml
 from gm.app import GlobalManager
 from gm.config import parse_config
 from gm.kube.client import KubeClient
-from gm.kube.config import ClientSettings
+from gm.kube.kubeconfig import ClientSettings
 from shared import apis
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ import yaml
 from gm.app import GlobalManager
 from gm.config import parse_config
 from gm.kindlib.conditions import exclusive, pod_counts
-from gm.kube.errors import NotFound
+from gm.kube.apierrors import NotFound
 from gm.kube.resources import DEPLOYMENTS, GVR, PODS
 from gm.reconcile.declaration import Children, Dependencies, KindDeclaration, Observed, Owns
 from gm.workers.owned import build_deployment, build_pod, owner_of

@@ -12,7 +12,7 @@ import copy
 import aiohttp
 
 from gm.kindlib.jobs import ATTEMPT_ANNOTATION
-from gm.kube.errors import NotFound
+from gm.kube.apierrors import NotFound
 from gm.kube.resources import PODS, sedna_gvr
 from shared import apis
 from tests.conftest import eventually

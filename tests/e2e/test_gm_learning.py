@@ -14,9 +14,9 @@ from typing import Any
 from gm.edge.pipeline import StatusPipeline
 from gm.edge.status import UpstreamStatus
 from gm.kindlib import learning
-from gm.kube.errors import NotFound
+from gm.kube.apierrors import NotFound
 from gm.kube.resources import DATASETS, MODELS, PODS, sedna_gvr
-from gm.kube.status import StatusWriter
+from gm.kube.statuswriter import StatusWriter
 from proto import Message, Op
 from shared import apis
 from tests.conftest import eventually

@@ -10,9 +10,9 @@ from typing import Any
 from gm.edge.order import FIELD
 from gm.edge.pipeline import StatusPipeline
 from gm.edge.status import UpstreamStatus
-from gm.kube.errors import NotFound
+from gm.kube.apierrors import NotFound
 from gm.kube.resources import DEPLOYMENTS, sedna_gvr
-from gm.kube.status import StatusWriter
+from gm.kube.statuswriter import StatusWriter
 from proto import Message, Op
 from shared import apis
 from tests.conftest import eventually

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 
-from gm.kube.errors import NotFound
+from gm.kube.apierrors import NotFound
 from gm.kube.resources import DEPLOYMENTS, sedna_gvr
 from shared import apis
 from tests.conftest import eventually

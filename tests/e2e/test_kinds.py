@@ -17,7 +17,7 @@ import pkgutil
 import pytest
 
 from gm.kinds import DECLARATIONS
-from gm.kube.errors import Conflict, NotFound
+from gm.kube.apierrors import Conflict, NotFound
 from gm.kube.resources import DEPLOYMENTS, GVR, PODS, SERVICES, sedna_gvr
 from shared import apis
 from tests.conftest import eventually

@@ -6,9 +6,8 @@ import asyncio
 
 import pytest
 
-from gm.kube.client import KubeClient
-from gm.kube.config import ClientSettings, ConfigError, load_connection
-from gm.kube.errors import (
+from gm.errors import KubeConfigError as ConfigError
+from gm.kube.apierrors import (
     AlreadyExists,
     BadRequest,
     Conflict,
@@ -18,6 +17,8 @@ from gm.kube.errors import (
     Unavailable,
     UnsupportedMediaType,
 )
+from gm.kube.client import KubeClient
+from gm.kube.kubeconfig import ClientSettings, load_connection
 from gm.kube.resources import CONFIGMAPS, DEPLOYMENTS, GVR, PODS
 from tests.e2e.conftest import connect
 

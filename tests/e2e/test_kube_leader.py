@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from gm.kube.client import KubeClient
-from gm.kube.config import ClientSettings
+from gm.kube.kubeconfig import ClientSettings
 from gm.kube.leader import LeaderElector, LeaderSettings
 from gm.kube.resources import LEASES, NAMESPACES
 from tests.conftest import eventually

@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from gm.kube.errors import Conflict, NotFound
+from gm.kube.apierrors import Conflict, NotFound
 from gm.kube.informer import InformerFactory
-from gm.kube.status import StatusWriter
+from gm.kube.statuswriter import StatusWriter
 from tests.conftest import eventually
 from tests.e2e.test_kube_client import NS, ensure_widget_crd, widget
 

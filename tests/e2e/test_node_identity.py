@@ -19,9 +19,9 @@ import pytest
 from devcluster import servingcert
 from devcluster.servingcert import ServingCert as ServerCert
 from gm.app import GlobalManager
-from gm.config import ConfigError
 from gm.edge.hub import PLACEMENT_GRACE
-from gm.kube.errors import AlreadyExists
+from gm.errors import ConfigError
+from gm.kube.apierrors import AlreadyExists
 from gm.kube.resources import DATASETS, GVR, PODS, SECRETS
 from lc.app import LocalController
 from lc.config import LCConfig

@@ -25,7 +25,7 @@ from gm.edge.pipeline import StatusPipeline
 from gm.edge.reports import ReportRefused
 from gm.edge.status import UpstreamStatus
 from gm.kube.resources import DATASETS, FL, GVR, JI, MODELS
-from gm.kube.status import StatusWriter
+from gm.kube.statuswriter import StatusWriter
 from lc.app import LocalController
 from lc.config import load
 from lc.link.dialer import link_factory

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gm.config import ConfigError, parse_config
+from gm.config import parse_config
 from gm.edge.auth import (
     AuthConfigError,
     FileTable,
@@ -18,6 +18,7 @@ from gm.edge.auth import (
     TokenReviewAuth,
     Unauthenticated,
 )
+from gm.errors import ConfigError
 from gm.kube.tokenreview import NODE_NAME_EXTRA, TokenReviewResult, parse_review, review_body
 
 TOKEN_1 = "a" * 32

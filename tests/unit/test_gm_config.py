@@ -1,6 +1,7 @@
 import pytest
 
-from gm.config import ConfigError, GMConfig, load_config, parse_config
+from gm.config import GMConfig, load_config, parse_config
+from gm.errors import ConfigError
 
 
 def test_defaults_match_upstream():

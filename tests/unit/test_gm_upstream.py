@@ -20,7 +20,7 @@ from gm.edge.status import (
     set_sample_count,
     to_metrics,
 )
-from gm.kube.status import StatusWriter
+from gm.kube.statuswriter import StatusWriter
 from proto import Message, Op
 
 NOW = "2025-03-01T10:00:00Z"

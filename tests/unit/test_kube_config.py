@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 from devcluster import servingcert
+from gm.errors import KubeConfigError as ConfigError
 from gm.kube.client import KubeClient
-from gm.kube.config import ClientSettings, ConfigError, TokenFile, in_cluster, load_connection
+from gm.kube.kubeconfig import ClientSettings, TokenFile, in_cluster, load_connection
 from gm.kube.resources import GVR
 from tests.conftest import served_cluster
 
@@ -86,7 +87,7 @@ async def test_an_exec_plugin_user_is_delegated_and_its_token_sent(tmp_path: Pat
 
 def test_a_plain_kubeconfig_never_imports_kubernetes_asyncio(tmp_path: Path):
     path = kubeconfig(tmp_path / "k.yaml", cluster={"server": "http://127.0.0.1:1"}, user={"token": "t"})
-    code = ("import asyncio, sys; from gm.kube.config import ClientSettings, load_connection; "
+    code = ("import asyncio, sys; from gm.kube.kubeconfig import ClientSettings, load_connection; "
             f"asyncio.run(load_connection(ClientSettings(kubeconfig={str(path)!r}))); "
             "print(any(m.startswith('kubernetes_asyncio') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
@@ -131,7 +132,7 @@ def test_in_cluster_uses_the_service_account_mount(tmp_path: Path, pki: servingc
 
 
 def test_client_certificate_data_is_loaded_and_a_wrong_key_refused(tmp_path: Path, pki: servingcert.ServingCert):
-    from gm.kube.config import resolve
+    from gm.kube.kubeconfig import resolve
 
     cert, key = base64.b64encode(pki.cert.read_bytes()).decode(), base64.b64encode(pki.key.read_bytes()).decode()
     cluster = {"server": "https://127.0.0.1:1", "certificate-authority": str(pki.ca)}

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gm.kube.errors import Forbidden
+from gm.kube.apierrors import Forbidden
 from gm.kube.leader import LeaderElector, LeaderSettings
 from gm.kube.metrics import KubeMetrics
 from tests.conftest import eventually

@@ -14,7 +14,7 @@ import proto
 from gm.edge.pipeline import StatusPipeline
 from gm.edge.reports import ReportRefused
 from gm.edge.status import UpstreamStatus
-from gm.kube.status import StatusWriter
+from gm.kube.statuswriter import StatusWriter
 from shared import apis
 
 NS = "default"

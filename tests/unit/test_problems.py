@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gm.kube.errors import Forbidden, Invalid
+from gm.errors import PermanentError, TemporaryError
+from gm.kube.apierrors import Forbidden, Invalid
 from gm.reconcile.problems import MAX_MESSAGE, ChildRejected, Problem, problem_of
-from gm.reconcile.runner import PermanentError, TemporaryError
 from gm.workers.specerrors import InvalidSpec, MissingDependency
 
 

@@ -3,17 +3,10 @@ import logging
 
 import pytest
 
+from gm.errors import OwnerGone, PermanentError, TemporaryError
 from gm.kube.ratelimit import ItemExponentialFailureRateLimiter
 from gm.kube.workqueue import WorkQueue
-from gm.reconcile.runner import (
-    WARN_AFTER,
-    ControllerRunner,
-    OwnerGone,
-    PermanentError,
-    ReconcileMetrics,
-    Requeue,
-    TemporaryError,
-)
+from gm.reconcile.runner import WARN_AFTER, ControllerRunner, ReconcileMetrics, Requeue
 from shared.metrics import Registry
 from tests.conftest import eventually
 

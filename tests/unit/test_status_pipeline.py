@@ -16,7 +16,7 @@ import pytest
 from gm.edge.order import ReportStamp, SeqLedger
 from gm.edge.pipeline import StatusPipeline
 from gm.edge.reports import ReportInvalid, ReportRefused
-from gm.kube.errors import (
+from gm.kube.apierrors import (
     ApiError,
     BadRequest,
     Conflict,
@@ -27,7 +27,7 @@ from gm.kube.errors import (
     error_from_status,
 )
 from gm.kube.resources import GVR
-from gm.kube.status import StatusWriter, merge_patch
+from gm.kube.statuswriter import StatusWriter, merge_patch
 
 JI = GVR("sedna.io", "v1alpha1", "jointinferenceservices")
 DS = GVR("sedna.io", "v1alpha1", "datasets")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from gm.kinds import lifelonglearning
-from gm.kube.errors import Conflict
+from gm.kube.apierrors import Conflict
 from gm.kube.resources import sedna_gvr
 from shared import apis
 from shared.objects import now_rfc3339

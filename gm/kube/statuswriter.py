@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gm.kube.apierrors import Conflict, NotFound
 from gm.kube.client import KubeClient
-from gm.kube.errors import Conflict, NotFound
 from gm.kube.informer import SharedInformer
 from gm.kube.resources import GVR
 from shared.logs import event

@@ -27,14 +27,12 @@ from typing import Any
 
 import yaml
 
+from gm.errors import KubeConfigError
+
 KUBECONFIG_DEFAULT = "~/.kube/config"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 AuthSource = Callable[[], Awaitable[dict[str, str]]]
-
-
-class ConfigError(Exception):
-    """No usable cluster configuration (missing file, bad kubeconfig, not in a pod)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,11 +87,11 @@ class TokenFile:
                 token = f.read().strip()
         except OSError as exc:
             if self._stamp is None:
-                raise ConfigError(f"token file {self.path}: {exc.strerror}") from None
+                raise KubeConfigError(f"token file {self.path}: {exc.strerror}") from None
             return  # keep the last token while a rotation replaces the file
         if not token:
             if self._stamp is None:
-                raise ConfigError(f"token file {self.path} is empty")
+                raise KubeConfigError(f"token file {self.path} is empty")
             return
         self._stamp, self._header = stamp, {"Authorization": f"Bearer {token}"}
 
@@ -109,7 +107,7 @@ def _fixed(header: dict[str, str]) -> AuthSource:
 
 
 async def load_connection(settings: ClientSettings) -> Connection:
-    """Resolve `settings` to a `Connection`; raise `ConfigError` if nothing is usable."""
+    """Resolve `settings` to a `Connection`; raise `KubeConfigError` if nothing is usable."""
     conn = resolve(settings)
     if isinstance(conn, _Delegated):
         conn = await _delegated(conn.path, conn.context)
@@ -117,7 +115,7 @@ async def load_connection(settings: ClientSettings) -> Connection:
         conn.base_url = settings.master
     conn.base_url = conn.base_url.rstrip("/")
     if not conn.base_url.startswith(("http://", "https://")):
-        raise ConfigError(f"API server URL {conn.base_url!r} is not http(s)")
+        raise KubeConfigError(f"API server URL {conn.base_url!r} is not http(s)")
     if not conn.base_url.startswith("https://"):
         conn.ssl_context = None
     return conn
@@ -149,7 +147,7 @@ def in_cluster(sa_dir: str = SERVICE_ACCOUNT_DIR) -> Connection:
     """The API server of the pod's cluster, as the pod's ServiceAccount."""
     host, port = os.environ.get("KUBERNETES_SERVICE_HOST", ""), os.environ.get("KUBERNETES_SERVICE_PORT", "")
     if not host or not port:
-        raise ConfigError("KUBERNETES_SERVICE_HOST/PORT are not set: not running in a pod")
+        raise KubeConfigError("KUBERNETES_SERVICE_HOST/PORT are not set: not running in a pod")
     if ":" in host:
         host = f"[{host}]"  # an IPv6 address
     ca = os.path.join(sa_dir, "ca.crt")
@@ -162,13 +160,13 @@ def _from_kubeconfig(path: str, context: str | None) -> Connection | _Delegated:
         with open(path, encoding="utf-8") as f:
             doc = yaml.safe_load(f)
     except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"kubeconfig {path}: {exc}") from None
+        raise KubeConfigError(f"kubeconfig {path}: {exc}") from None
     if not isinstance(doc, Mapping):
-        raise ConfigError(f"kubeconfig {path} is not a mapping")
+        raise KubeConfigError(f"kubeconfig {path} is not a mapping")
     kc = _Kubeconfig(doc, os.path.dirname(os.path.abspath(path)), path)
     ctx_name = context or doc.get("current-context")
     if not ctx_name:
-        raise ConfigError(f"kubeconfig {path}: no context given and no current-context")
+        raise KubeConfigError(f"kubeconfig {path}: no context given and no current-context")
     ctx = kc.entry("contexts", "context", ctx_name)
     cluster = kc.entry("clusters", "cluster", ctx.get("cluster"))
     user = kc.entry("users", "user", ctx.get("user")) if ctx.get("user") else {}
@@ -176,7 +174,7 @@ def _from_kubeconfig(path: str, context: str | None) -> Connection | _Delegated:
         return _Delegated(path, ctx_name)
     server = cluster.get("server")
     if not isinstance(server, str) or not server:
-        raise ConfigError(f"kubeconfig {path}: cluster {ctx.get('cluster')!r} has no server")
+        raise KubeConfigError(f"kubeconfig {path}: cluster {ctx.get('cluster')!r} has no server")
     verify = not cluster.get("insecure-skip-tls-verify")
     ctx_tls = None
     if server.startswith("https://"):
@@ -199,7 +197,7 @@ class _Kubeconfig:
             if isinstance(item, Mapping) and item.get("name") == name:
                 value = item.get(inner)
                 return dict(value) if isinstance(value, Mapping) else {}
-        raise ConfigError(f"kubeconfig {self.where}: no {inner} named {name!r}")
+        raise KubeConfigError(f"kubeconfig {self.where}: no {inner} named {name!r}")
 
     def path(self, value: Any) -> str | None:
         if not value:
@@ -212,7 +210,7 @@ class _Kubeconfig:
         try:
             return base64.b64decode(str(value), validate=True)
         except (binascii.Error, ValueError):
-            raise ConfigError(f"kubeconfig {self.where}: {what} is not base64") from None
+            raise KubeConfigError(f"kubeconfig {self.where}: {what} is not base64") from None
 
     def pem(self, user: Mapping[str, Any], field_name: str) -> bytes | None:
         inline = self.data(user.get(f"{field_name}-data"), f"{field_name}-data")
@@ -225,7 +223,7 @@ class _Kubeconfig:
             with open(path, "rb") as f:
                 return f.read()
         except OSError as exc:
-            raise ConfigError(f"kubeconfig {self.where}: {field_name} {path}: {exc.strerror}") from None
+            raise KubeConfigError(f"kubeconfig {self.where}: {field_name} {path}: {exc.strerror}") from None
 
     def auth(self, user: Mapping[str, Any]) -> AuthSource:
         if user.get("token"):
@@ -242,7 +240,7 @@ def _tls(*, cafile: str | None = None, cadata: bytes | None = None, verify: bool
     try:
         ctx = ssl.create_default_context(cafile=cafile, cadata=cadata.decode("ascii") if cadata else None)
     except (OSError, ssl.SSLError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot load the cluster's CA: {exc}") from None
+        raise KubeConfigError(f"cannot load the cluster's CA: {exc}") from None
     if not verify:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
@@ -263,7 +261,7 @@ def _load_client_cert(ctx: ssl.SSLContext, cert: bytes, key: bytes | None) -> No
         try:
             ctx.load_cert_chain(cert_path, keyfile=key_path)
         except (OSError, ssl.SSLError) as exc:
-            raise ConfigError(f"cannot load the client certificate: {exc}") from None
+            raise KubeConfigError(f"cannot load the client certificate: {exc}") from None
 
 
 async def _delegated(path: str, context: str) -> Connection:
@@ -276,7 +274,7 @@ async def _delegated(path: str, context: str) -> Connection:
     try:
         await load_kube_config(path, context=context, client_configuration=conf, persist_config=False)
     except ConfigException as exc:
-        raise ConfigError(f"cannot load cluster configuration: {exc}") from exc
+        raise KubeConfigError(f"cannot load cluster configuration: {exc}") from exc
 
     async def auth() -> dict[str, str]:
         if "BearerToken" in conf.api_key or conf.refresh_api_key_hook is not None:
@@ -299,5 +297,5 @@ async def _delegated(path: str, context: str) -> Connection:
 def _require_file(path: str, *, what: str = "kubeconfig") -> str:
     path = os.path.expanduser(path)
     if not os.path.isfile(path):
-        raise ConfigError(f"{what} {path!r} does not exist")
+        raise KubeConfigError(f"{what} {path!r} does not exist")
     return path

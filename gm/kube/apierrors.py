@@ -11,8 +11,10 @@ from typing import Any
 
 import orjson
 
+from gm.errors import GMError
 
-class ApiError(Exception):
+
+class ApiError(GMError):
     """A failed API call: HTTP `code` (0 for transport failures) and the Status `reason`."""
 
     def __init__(self, code: int, reason: str, message: str, *,
