@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from devcluster import bootstrap_policy, servingcert, views
+from devcluster import bootstrap_policy, servingcert
 from devcluster.admission import Admission
 from devcluster.controllers.base import Controller
 from devcluster.controllers.daemonset import DaemonSetController
@@ -40,7 +40,8 @@ from devcluster.controllers.tokens import TokenController
 from devcluster.faults import Faults
 from devcluster.projection import ApiEndpoint, Projector, StoreSources
 from devcluster.runtime import ImageEntry, ProcessRuntime, load_image_map, parse_image_map
-from devcluster.store import Store
+from devcluster.storage import views
+from devcluster.storage.store import Store
 from devcluster.supervisor import Crash, Supervisor
 from devcluster.tokenreview import TokenAuthority
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from devcluster.machinery.resource import ResourceType
-from devcluster.registry import SUBRESOURCE_VERBS, VERBS, Registry
+from devcluster.storage.registry import SUBRESOURCE_VERBS, VERBS, Registry
 
 AGGREGATED_CONTENT_TYPE = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 

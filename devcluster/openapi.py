@@ -22,7 +22,7 @@ from typing import Any
 from devcluster import apitypes
 from devcluster.fieldvalidation import SchemaView
 from devcluster.machinery.resource import ResourceType
-from devcluster.registry import Registry
+from devcluster.storage.registry import Registry
 
 __all__ = ["Definitions", "OBJECT_META", "LIST_META", "v3_document", "v2_document", "crd_definition_name",
            "schema_view", "V2_PROTOBUF"]

@@ -20,16 +20,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from devcluster import (
-    access,
-    discovery,
-    fieldvalidation,
-    openapi,
-    protobody,
-    tables,
-    tokenreview,
-    views,
-)
+from devcluster import access, discovery, fieldvalidation, openapi, protobody, tables, tokenreview
 from devcluster.access import Access
 from devcluster.faults import FaultConfigError, Faults
 from devcluster.httputil import (
@@ -57,10 +48,11 @@ from devcluster.machinery.errors import (
     too_old,
 )
 from devcluster.machinery.resource import ResourceType
-from devcluster.managedfields import manager_name
-from devcluster.store import Store
+from devcluster.storage import views
+from devcluster.storage.managedfields import manager_name
+from devcluster.storage.store import Store
+from devcluster.storage.watch import WatchEvent
 from devcluster.tokenreview import TokenAuthority
-from devcluster.watch import WatchEvent
 
 log = logging.getLogger(__name__)
 

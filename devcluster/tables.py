@@ -550,7 +550,9 @@ def _event_row(obj: dict, now: float) -> Cells:
 
 
 def _core_event(obj: dict) -> dict:
-    from devcluster.views import event_v1_to_core  # views imports the store side; keep tables pure
+    from devcluster.storage.views import (
+        event_v1_to_core,  # views imports the store side; keep tables pure
+    )
 
     return event_v1_to_core(obj)
 

@@ -34,7 +34,7 @@ from devcluster.authz import UserInfo
 from devcluster.machinery.errors import ApiError, FieldError, bad_request, conflict, invalid
 from devcluster.machinery.objmeta import rfc3339
 from devcluster.machinery.resource import ResourceType
-from devcluster.store import Store
+from devcluster.storage.store import Store
 
 DEFAULT_AUDIENCES = ("https://kubernetes.default.svc.cluster.local",)  # the API server's own
 PATH = "/apis/authentication.k8s.io/v1/tokenreviews"

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from devcluster.faults import Faults
 from devcluster.server import make_app
-from devcluster.store import Store
+from devcluster.storage.store import Store
 
 
 @dataclass

@@ -147,7 +147,7 @@ async def test_kubectl_rollout_status_and_get_ds(cluster, kubectl):
 ])
 async def test_invalid_daemonsets_are_422(live, patch, field):
     from devcluster.machinery.errors import ApiError
-    from devcluster.patch import merge_patch
+    from devcluster.storage.patch import merge_patch
 
     body = merge_patch(daemonset("bad"), patch)
     with pytest.raises(ApiError) as info:

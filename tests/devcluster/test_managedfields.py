@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from devcluster.managedfields import (
+from devcluster.storage.managedfields import (
     Shape,
     base_entries,
     compare,
@@ -15,7 +15,7 @@ from devcluster.managedfields import (
     path_text,
     record_update,
 )
-from devcluster.registry import Registry
+from devcluster.storage.registry import Registry
 
 
 @pytest.mark.parametrize(("field_manager", "agent", "expected"), [
@@ -162,7 +162,7 @@ def test_an_update_takes_the_fields_it_changes_from_other_managers():
 
 
 def test_apply_keeps_a_map_node_it_no_longer_names_while_it_owns_what_is_inside():
-    from devcluster.apply import server_side_apply
+    from devcluster.storage.apply import server_side_apply
 
     rt = Registry.with_builtins().for_kind("v1", "ConfigMap")
     live = {"apiVersion": "v1", "kind": "ConfigMap", "data": {"a": "1", "b": "2"}, "metadata": {

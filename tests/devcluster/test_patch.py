@@ -6,10 +6,10 @@ import copy
 
 import pytest
 
-from devcluster.apply import merge_applied
 from devcluster.machinery.errors import ApiError
-from devcluster.managedfields import Shape
-from devcluster.patch import json_patch, merge_patch, strategic_merge_patch
+from devcluster.storage.apply import merge_applied
+from devcluster.storage.managedfields import Shape
+from devcluster.storage.patch import json_patch, merge_patch, strategic_merge_patch
 
 POD = {
     "apiVersion": "v1",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from devcluster.machinery.errors import ApiError
-from devcluster.store import Store
+from devcluster.storage.store import Store
 from tests.devcluster.conftest import crd, deployment, pod
 
 

@@ -10,7 +10,7 @@ import pytest
 from devcluster import protobody
 from devcluster.authz import UserInfo
 from devcluster.machinery.errors import ApiError
-from devcluster.store import Store
+from devcluster.storage.store import Store
 from devcluster.tokenreview import DEFAULT_AUDIENCES, TokenAuthority
 
 

@@ -11,7 +11,7 @@ import copy
 import pytest
 import yaml
 
-from devcluster.registry import Registry
+from devcluster.storage.registry import Registry
 from devcluster.strategy import schema as server_schema
 from devcluster.strategy.dispatch import validate_object
 from gm.config import WorkerConfig

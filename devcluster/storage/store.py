@@ -17,10 +17,6 @@ from typing import Any
 
 import orjson
 
-from devcluster import managedfields
-from devcluster.allocator import AllocationError, ServiceAllocator
-from devcluster.apply import server_side_apply
-from devcluster.history import History
 from devcluster.machinery.errors import (
     ApiError,
     FieldError,
@@ -38,15 +34,19 @@ from devcluster.machinery.errors import (
 from devcluster.machinery.objmeta import generated_name, micro_time, new_uid, rfc3339
 from devcluster.machinery.resource import ResourceType
 from devcluster.machinery.selectors import LabelSelector, parse_field_selector, parse_label_selector
-from devcluster.pager import Page, Pager
-from devcluster.patch import json_patch, merge_patch, strategic_merge_patch
-from devcluster.registry import Registry
+from devcluster.storage import managedfields
+from devcluster.storage.allocator import AllocationError, ServiceAllocator
+from devcluster.storage.apply import server_side_apply
+from devcluster.storage.history import History
+from devcluster.storage.pager import Page, Pager
+from devcluster.storage.patch import json_patch, merge_patch, strategic_merge_patch
+from devcluster.storage.registry import Registry
+from devcluster.storage.watch import Watch, WatchEvent, _with_rv
 from devcluster.strategy import crds, rules
 from devcluster.strategy.defaults import admit_pod, sync_app_armor
 from devcluster.strategy.dispatch import apply_builtin_defaults, initial_status, validate_object
-from devcluster.watch import Watch, WatchEvent, _with_rv
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("devcluster.store")
 
 Key = tuple[str, str]  # (namespace or "", name)
 Listener = Callable[[WatchEvent], None]

@@ -25,7 +25,7 @@ import orjson
 
 from devcluster.machinery.errors import ApiError, not_found
 from devcluster.machinery.resource import ResourceType
-from devcluster.watch import WatchEvent
+from devcluster.storage.watch import WatchEvent
 
 Convert = Callable[[dict[str, Any]], dict[str, Any]]
 

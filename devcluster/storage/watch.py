@@ -21,7 +21,7 @@ from devcluster.machinery.errors import ApiError
 if TYPE_CHECKING:
     from devcluster.machinery.resource import ResourceType
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("devcluster.watch")
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 

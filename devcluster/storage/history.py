@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator
 
-from devcluster.watch import WatchEvent
+from devcluster.storage.watch import WatchEvent
 
 
 class History:

@@ -21,7 +21,7 @@ import orjson
 
 from devcluster.machinery.errors import ApiError, bad_request
 from devcluster.machinery.objmeta import rfc3339
-from devcluster.managedfields import (
+from devcluster.storage.managedfields import (
     Entry,
     Path,
     Shape,
