@@ -24,8 +24,10 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from devcluster import bootstrap_policy, servingcert
-from devcluster.admission import Admission
+from devcluster import servingcert
+from devcluster.auth import bootstrap_policy
+from devcluster.auth.admission import Admission
+from devcluster.auth.tokenreview import TokenAuthority
 from devcluster.controllers.base import Controller
 from devcluster.controllers.daemonset import DaemonSetController
 from devcluster.controllers.deployment import DeploymentController
@@ -43,7 +45,6 @@ from devcluster.runtime import ImageEntry, ProcessRuntime, load_image_map, parse
 from devcluster.storage import views
 from devcluster.storage.store import Store
 from devcluster.supervisor import Crash, Supervisor
-from devcluster.tokenreview import TokenAuthority
 
 log = logging.getLogger("devcluster")
 

@@ -20,8 +20,10 @@ import orjson
 import yaml
 from aiohttp import web
 
-from devcluster import access, discovery, fieldvalidation, openapi, protobody, tables, tokenreview
-from devcluster.access import Access
+from devcluster import discovery, fieldvalidation, openapi, protobody, tables
+from devcluster.auth import access, tokenreview
+from devcluster.auth.access import Access
+from devcluster.auth.tokenreview import TokenAuthority
 from devcluster.faults import FaultConfigError, Faults
 from devcluster.httputil import (
     NO_CACHE,
@@ -52,7 +54,6 @@ from devcluster.storage import views
 from devcluster.storage.managedfields import manager_name
 from devcluster.storage.store import Store
 from devcluster.storage.watch import WatchEvent
-from devcluster.tokenreview import TokenAuthority
 
 log = logging.getLogger(__name__)
 

@@ -15,15 +15,15 @@ import base64
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from devcluster.controllers.base import Controller
-from devcluster.machinery.errors import ApiError
-from devcluster.tokenreview import (
+from devcluster.auth.tokenreview import (
     CA_CERT,
     SA_NAME_ANNOTATION,
     SA_UID_ANNOTATION,
     SECRET_TYPE,
     TokenAuthority,
 )
+from devcluster.controllers.base import Controller
+from devcluster.machinery.errors import ApiError
 
 Key = tuple[str, str]  # (namespace, secret name)
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from devcluster.admission import existing_pod_warnings, significant_pod_update
+from devcluster.auth.admission import existing_pod_warnings, significant_pod_update
+from devcluster.auth.podsecurity import RESTRICTED, LevelVersion
 from devcluster.machinery.errors import ApiError
-from devcluster.podsecurity import RESTRICTED, LevelVersion
 from tests.conftest import eventually
 from tests.devcluster.helpers import deployment, pod, rt
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from devcluster import bootstrap_policy
-from devcluster.authz import (
+from devcluster.auth import bootstrap_policy
+from devcluster.auth.authz import (
     Attributes,
     StaticPolicy,
     UserInfo,

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from devcluster.machinery.errors import FieldError
-from devcluster.podsecurity import (
+from devcluster.auth.podsecurity import (
     BASELINE,
     PRIVILEGED,
     RESTRICTED,
@@ -23,6 +22,7 @@ from devcluster.podsecurity import (
     forbidden_detail,
     namespace_policy,
 )
+from devcluster.machinery.errors import FieldError
 from devcluster.strategy.defaults import sync_app_armor
 
 CASES = yaml.safe_load((Path(__file__).parent / "podsecurity_cases.yaml").read_text())

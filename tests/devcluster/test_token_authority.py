@@ -8,10 +8,10 @@ import base64
 import pytest
 
 from devcluster import protobody
-from devcluster.authz import UserInfo
+from devcluster.auth.authz import UserInfo
+from devcluster.auth.tokenreview import DEFAULT_AUDIENCES, TokenAuthority
 from devcluster.machinery.errors import ApiError
 from devcluster.storage.store import Store
-from devcluster.tokenreview import DEFAULT_AUDIENCES, TokenAuthority
 
 
 class Clock:

@@ -35,7 +35,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from devcluster import podsecurity
+from devcluster.auth import podsecurity
 from devcluster.machinery.errors import ApiError, forbidden_object, invalid
 from devcluster.machinery.objmeta import generated_name
 from devcluster.machinery.resource import ResourceType

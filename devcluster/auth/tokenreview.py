@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from devcluster.authz import UserInfo
+from devcluster.auth.authz import UserInfo
 from devcluster.machinery.errors import ApiError, FieldError, bad_request, conflict, invalid
 from devcluster.machinery.objmeta import rfc3339
 from devcluster.machinery.resource import ResourceType

@@ -23,13 +23,13 @@ from typing import Any
 
 from aiohttp import web
 
-from devcluster import authz
-from devcluster.authz import Attributes, StorePolicy, UserInfo
+from devcluster.auth import authz
+from devcluster.auth.authz import Attributes, StorePolicy, UserInfo
+from devcluster.auth.tokenreview import TokenAuthority
 from devcluster.machinery.errors import ApiError, FieldError, bad_request, invalid
 from devcluster.machinery.objmeta import rfc3339
-from devcluster.tokenreview import TokenAuthority
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("devcluster.access")
 
 ADMIN = UserInfo("devcluster-admin", groups=(authz.MASTERS, "system:authenticated"))
 USER_KEY: web.RequestKey[UserInfo] = web.RequestKey("user", UserInfo)  # whom a request was authorized as
