@@ -15,9 +15,9 @@ import yaml
 from devcluster import servingcert
 from devcluster.cluster import DevCluster
 from devcluster.servingcert import ServingCert
-from gm.kube import errors as kerr
+from gm.kube import apierrors as kerr
 from gm.kube.client import KubeClient
-from gm.kube.config import ClientSettings
+from gm.kube.kubeconfig import ClientSettings
 from gm.kube.resources import (
     DEPLOYMENTS,
     EVENTS,
