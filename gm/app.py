@@ -223,11 +223,12 @@ class GlobalManager:
     async def _hub_entry(self, request: web.Request) -> web.StreamResponse:
         """Upstream LCs dial `/`; the upgrade waits until the node's snapshot can be complete."""
         assert self.hub is not None and self.edge is not None and self.informers is not None
-        try:
-            async with asyncio.timeout(HUB_SYNC_WAIT):
-                await self.informers.wait_synced()
-        except (TimeoutError, InformerFailed) as exc:
-            raise refusal(web.HTTPServiceUnavailable, f"GM caches not synced: {exc or 'timeout'}") from None
+        if not self.informers.has_synced():  # the wait is set up only while it can wait
+            try:
+                async with asyncio.timeout(HUB_SYNC_WAIT):
+                    await self.informers.wait_synced()
+            except (TimeoutError, InformerFailed) as exc:
+                raise refusal(web.HTTPServiceUnavailable, f"GM caches not synced: {exc or 'timeout'}") from None
         return await self.hub.handle(request)
 
     async def _serve(self, ssl_context: ssl.SSLContext | None) -> None:
@@ -356,9 +357,10 @@ class HubMetrics:
 
     _SESSIONS = {"opened": "sessions_opened", "replaced": "sessions_replaced", "dead": "sessions_dead",
                  "broken": "sessions_broken", "rejected": "handshakes_rejected",
-                 "abandoned": "handshakes_abandoned", "over_capacity": "handshakes_over_capacity"}
+                 "abandoned": "handshakes_abandoned", "over_capacity": "handshakes_over_capacity",
+                 "busy": "handshakes_busy"}
     _REPORTS = {"applied": "status_applied", "refused": "refused", "deferred": "deferred",
-                "error": "handler_errors"}
+                "error": "handler_errors", "placement_wait": "placement_waits"}
     _PIPELINE = {"writes": "writes", "unchanged": "unchanged", "retries": "retries", "refused": "refused",
                  "stale": "stale", "coalesced": "coalesced"}
     _FRAMES = {"in": "frames_in", "out": "frames_out", "ping": "pings_out", "ack": "acks_out",

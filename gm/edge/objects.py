@@ -52,7 +52,7 @@ from gm.workers.owned import MANAGED_SELECTOR
 from proto import ObjKey
 from shared import apis
 from shared.logs import event
-from shared.objects import deep_get, label_prefix, meta_str
+from shared.objects import SEDNA_GROUP, deep_get, label_prefix, meta_str
 
 log = logging.getLogger("sedna.gm.edge")
 
@@ -184,6 +184,8 @@ class EdgeObjects:
             api.kind: informers.informer(sedna_gvr(api)) for api in kinds}
         self._pods = (informers.informer(PODS, label_selector=MANAGED_SELECTOR),
                       informers.informer(PODS, label_selector=DEPLOYED_POD_SELECTOR))
+        for pods in self._pods:
+            pods.ensure_indexer(INDEX_WORKER_OWNER, worker_owner_uid)
         # the label naming a pod's owner, for each followed kind whose placement reads pods
         self._owner_labels = {f"{label_prefix(api.kind)}name": api for api in kinds if api.worker_types}
         self._view = _CacheView(self)
@@ -402,6 +404,17 @@ class EdgeObjects:
             self._notify(*key, payload, sorted(nodes))
 
 
+INDEX_WORKER_OWNER = "worker-owner-uid"
+
+
+def worker_owner_uid(pod: Obj) -> list[str]:
+    """`<kind>.sedna.io/uid=<uid>`: the label naming the CR a worker pod belongs to (the only
+    label the placement rules look pods up by, so the only one indexed)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    suffix = f".{SEDNA_GROUP}/uid"
+    return [f"{k}={v}" for k, v in labels.items() if k.endswith(suffix)] if isinstance(labels, dict) else []
+
+
 class _CacheView:
     """The placement rules' window on the caches (reads only, so handlers stay I/O-free)."""
 
@@ -415,7 +428,8 @@ class _CacheView:
 
     def worker_pods(self, kind: str, uid: str, worker_type: str) -> list[Obj]:
         prefix = label_prefix(kind)
-        return [pod for pods in self._edge._pods for pod in pods.store.by_index("label", f"{prefix}uid={uid}")
+        return [pod for pods in self._edge._pods
+                for pod in pods.store.by_index(INDEX_WORKER_OWNER, f"{prefix}uid={uid}")
                 if deep_get(pod, "metadata", "labels", f"{prefix}worker-type") == worker_type]
 
     def user_nodes(self, kind: str, namespace: str, name: str) -> frozenset[str]:

@@ -10,7 +10,7 @@ import pytest
 from gm.kube.informer import CacheSyncTimeout, InformerFactory, InformerFailed, SharedInformer
 from gm.kube.reflector import ReflectorSettings
 from gm.kube.resources import CONFIGMAPS, GVR, PODS
-from gm.kube.store import INDEX_LABEL, INDEX_NAMESPACE, INDEX_OWNER
+from gm.kube.store import INDEX_LABEL, INDEX_NAMESPACE, INDEX_OWNER, by_label
 from tests.conftest import eventually
 from tests.e2e.test_kube_client import NS, cm
 
@@ -88,6 +88,7 @@ async def test_indexes_by_namespace_owner_label_and_custom(kube, running):
     await kube.create(CONFIGMAPS, a, namespace=NS)
     await kube.create(CONFIGMAPS, cm("b", {"v": "big"}, labels={"app": "y"}), namespace=NS)
     inf = SharedInformer(kube, CONFIGMAPS, namespace=NS, settings=FAST)
+    inf.add_indexer(INDEX_LABEL, by_label)  # opt-in: not a default index
     inf.add_indexer("by-v", lambda o: [o["data"]["v"]] if (o.get("data") or {}).get("v") else [])
     await running(inf)
 
