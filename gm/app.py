@@ -46,7 +46,8 @@ from gm.edge.auth import (
     TokenReviewAuth,
 )
 from gm.edge.capacity import raise_fd_limit, session_capacity
-from gm.edge.hub import PLACEMENT_GRACE, Hub
+from gm.edge.hub import Hub
+from gm.edge.intake import PLACEMENT_GRACE
 from gm.edge.objects import EdgeObjects
 from gm.edge.pipeline import StatusPipeline
 from gm.edge.status import UpstreamStatus

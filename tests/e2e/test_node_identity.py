@@ -19,7 +19,7 @@ import pytest
 from devcluster import servingcert
 from devcluster.servingcert import ServingCert as ServerCert
 from gm.app import GlobalManager
-from gm.edge.hub import PLACEMENT_GRACE
+from gm.edge.intake import PLACEMENT_GRACE
 from gm.errors import ConfigError
 from gm.kube.apierrors import AlreadyExists
 from gm.kube.resources import DATASETS, GVR, PODS, SECRETS

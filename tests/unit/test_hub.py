@@ -847,7 +847,7 @@ async def test_a_session_holds_little_of_the_hubs_making(make_hub: HubFactory, h
         after = tracemalloc.take_snapshot()
     finally:
         tracemalloc.stop()
-    ours = [tracemalloc.Filter(True, "*/gm/edge/hub.py", all_frames=True)]
+    ours = [tracemalloc.Filter(True, "*/gm/edge/*.py", all_frames=True)]
     held = sum(d.size_diff for d in after.filter_traces(ours).compare_to(before.filter_traces(ours), "filename"))
     assert hub.sessions_active == count + 1 and not first.closed
     assert held / count < 10_000

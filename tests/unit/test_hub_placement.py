@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 
 import proto
-from gm.edge import hub as hub_module
+from gm.edge import intake as hub_module
 from gm.edge.hub import Hub
 from tests.hubfakes import MemSource
 from tests.unit.test_hub import (
@@ -78,7 +78,7 @@ async def test_a_report_waits_for_its_object_and_holds_no_other(setup: Any) -> N
 
 async def test_a_report_for_an_object_that_never_comes_is_refused_after_the_grace(setup: Any) -> None:
     hub, _, handler, ws = setup
-    hub._placement_grace = 0.3
+    hub.intake.placement_grace = 0.3
     await send_status(ws, 1, "gone")
     assert await recv(ws) == proto.ack(1, error=f"Dataset default/gone is not assigned to node {NODE}")
     assert handler.applied == [] and (hub.stats.refused, hub.stats.placement_waits) == (1, 1)
