@@ -22,7 +22,7 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from devcluster.server import make_app  # noqa: E402
+from devcluster.server.app import make_app  # noqa: E402
 from devcluster.storage.store import Store  # noqa: E402
 
 HEADERS = {"Content-Type": "application/json"}

@@ -20,7 +20,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from devcluster import protobody  # noqa: E402
+from devcluster.server import protobody  # noqa: E402
 
 
 def per_call(fn, arg, rounds: int) -> float:

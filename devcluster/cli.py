@@ -34,7 +34,7 @@ def parse_error_rate(text: str) -> tuple[str, str, float]:
         raise argparse.ArgumentTypeError(f"rate must be between 0 and 1, got {rate}")
     if not verb or not resource:
         raise argparse.ArgumentTypeError(f"expected VERB:RESOURCE=RATE, got {text!r}")
-    from devcluster.faults import VERBS
+    from devcluster.server.faults import VERBS
 
     if verb.lower() != "*" and verb.lower() not in VERBS:
         raise argparse.ArgumentTypeError(f"verb must be one of {', '.join(VERBS)} or '*', got {verb!r}")
@@ -78,7 +78,7 @@ def build_faults(args: argparse.Namespace) -> Any:
     """Fault settings from the flags, or None when no fault is asked for."""
     if not (args.fault_error_rate or args.fault_latency_ms or args.fault_watch_drop_seconds):
         return None
-    from devcluster.faults import ErrorRule, Faults
+    from devcluster.server.faults import ErrorRule, Faults
 
     return Faults(
         errors=[ErrorRule(rate=rate, verb=verb, resource=res) for verb, res, rate in args.fault_error_rate],

@@ -39,9 +39,9 @@ from devcluster.controllers.nodes import DEFAULT_NODES, NodeController
 from devcluster.controllers.replicaset import ReplicaSetController
 from devcluster.controllers.scheduler import Scheduler
 from devcluster.controllers.tokens import TokenController
-from devcluster.faults import Faults
 from devcluster.projection import ApiEndpoint, Projector, StoreSources
 from devcluster.runtime import ImageEntry, ProcessRuntime, load_image_map, parse_image_map
+from devcluster.server.faults import Faults
 from devcluster.storage import views
 from devcluster.storage.store import Store
 from devcluster.supervisor import Crash, Supervisor
@@ -162,7 +162,7 @@ class DevCluster:
             tls = await asyncio.to_thread(servingcert.make, self.pki_dir, hosts=[host])
         self._tls = tls
         self._ca_text = tls.ca.read_text() if tls else None
-        from devcluster.server import make_app  # the HTTP layer is only needed once serving
+        from devcluster.server.app import make_app  # the HTTP layer is only needed once serving
 
         self.start_controllers()
         app = make_app(self.store, faults=self.faults, log_source=self.pod_logs,

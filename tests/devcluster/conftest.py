@@ -13,8 +13,8 @@ import orjson
 import pytest
 from aiohttp import web
 
-from devcluster.faults import Faults
-from devcluster.server import make_app
+from devcluster.server.app import make_app
+from devcluster.server.faults import Faults
 from devcluster.storage.store import Store
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes_asyncio.client import models
 
-from devcluster import apitypes
+from devcluster.server import apitypes
 from devcluster.tools import protogen
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from devcluster.fieldvalidation import (
+from devcluster.machinery.errors import ApiError
+from devcluster.server.fieldvalidation import (
     SchemaView,
     check_object,
     check_patch,
@@ -13,7 +14,6 @@ from devcluster.fieldvalidation import (
     duplicate_fields,
     warning_header,
 )
-from devcluster.machinery.errors import ApiError
 
 Q = {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.api.resource.Quantity"}
 SCHEMAS = {

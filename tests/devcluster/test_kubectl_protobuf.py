@@ -12,7 +12,7 @@ import aiohttp
 import orjson
 import pytest
 
-from devcluster.protobody import CONTENT_TYPE
+from devcluster.server.protobody import CONTENT_TYPE
 from tests.conftest import eventually
 from tests.devcluster.conformance.test_conformance import match
 from tests.devcluster.test_protobody import envelope, ld, vi

@@ -17,9 +17,9 @@ import orjson
 import pytest
 import yaml
 
-from devcluster import apitypes, protobody
-from devcluster.apitypes import Field, MessageType
-from devcluster.protobody import ProtobufBodyError, decode_body, go_duration
+from devcluster.server import apitypes, protobody
+from devcluster.server.apitypes import Field, MessageType
+from devcluster.server.protobody import ProtobufBodyError, decode_body, go_duration
 
 GOLDEN = yaml.safe_load((Path(__file__).parent / "kubectl_protobuf_bodies.yaml").read_text())
 

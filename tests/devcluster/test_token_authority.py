@@ -7,10 +7,10 @@ import base64
 
 import pytest
 
-from devcluster import protobody
 from devcluster.auth.authz import UserInfo
 from devcluster.auth.tokenreview import DEFAULT_AUDIENCES, TokenAuthority
 from devcluster.machinery.errors import ApiError
+from devcluster.server import protobody
 from devcluster.storage.store import Store
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from devcluster.faults import ErrorRule
+from devcluster.server.faults import ErrorRule
 from gm.edge.order import FIELD
 from gm.edge.pipeline import StatusPipeline
 from gm.edge.reports import ReportRefused

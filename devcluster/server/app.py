@@ -20,12 +20,24 @@ import orjson
 import yaml
 from aiohttp import web
 
-from devcluster import discovery, fieldvalidation, openapi, protobody, tables
+from devcluster import tables
 from devcluster.auth import access, tokenreview
 from devcluster.auth.access import Access
 from devcluster.auth.tokenreview import TokenAuthority
-from devcluster.faults import FaultConfigError, Faults
-from devcluster.httputil import (
+from devcluster.machinery.errors import (
+    ApiError,
+    bad_request,
+    internal,
+    method_not_allowed,
+    not_found,
+    path_not_found,
+    too_large,
+    too_old,
+)
+from devcluster.machinery.resource import ResourceType
+from devcluster.server import discovery, fieldvalidation, openapi, protobody
+from devcluster.server.faults import FaultConfigError, Faults
+from devcluster.server.httputil import (
     NO_CACHE,
     cacheable_response,
     check_acceptable,
@@ -39,23 +51,12 @@ from devcluster.httputil import (
     wants_aggregated,
     wants_table,
 )
-from devcluster.machinery.errors import (
-    ApiError,
-    bad_request,
-    internal,
-    method_not_allowed,
-    not_found,
-    path_not_found,
-    too_large,
-    too_old,
-)
-from devcluster.machinery.resource import ResourceType
 from devcluster.storage import views
 from devcluster.storage.managedfields import manager_name
 from devcluster.storage.store import Store
 from devcluster.storage.watch import WatchEvent
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("devcluster.server")
 
 LogSource = Callable[[str, str, str | None, int | None], "str | None | Awaitable[str | None]"]
 Health = Callable[[], "dict[str, str | None]"]  # check name -> None (ok) or why it fails

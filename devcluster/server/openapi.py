@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from devcluster import apitypes
-from devcluster.fieldvalidation import SchemaView
 from devcluster.machinery.resource import ResourceType
+from devcluster.server import apitypes
+from devcluster.server.fieldvalidation import SchemaView
 from devcluster.storage.registry import Registry
 
 __all__ = ["Definitions", "OBJECT_META", "LIST_META", "v3_document", "v2_document", "crd_definition_name",

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-TABLE = Path(__file__).with_name("fieldtable.json")
+TABLE = Path(__file__).resolve().parent.parent / "fieldtable.json"
 SCALAR_KINDS = frozenset({"string", "bool", "int32", "int64", "uint32", "uint64", "sint32", "sint64", "bytes",
                           "double", "float", "fixed32", "fixed64"})
 

@@ -7,7 +7,7 @@ turned into exactly the dict a Go JSON client would have sent for the same objec
 store then treats it like any JSON body.
 
 Wire parsing is the protobuf package's, over message classes built at run time from the
-field table (devcluster.apitypes): it handles varints, packed and unpacked repeated
+field table (devcluster.server.apitypes): it handles varints, packed and unpacked repeated
 scalars, map entries and unknown fields. This module only maps values to JSON:
 
 - Go's protobuf encoder writes every non-pointer field, zero or not, while its JSON encoder
@@ -35,8 +35,8 @@ import orjson
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError, Message
 
-from devcluster import apitypes
-from devcluster.apitypes import Field, MessageType
+from devcluster.server import apitypes
+from devcluster.server.apitypes import Field, MessageType
 
 CONTENT_TYPE = "application/vnd.kubernetes.protobuf"
 MAGIC = b"k8s\x00"
