@@ -26,9 +26,11 @@ the worker pods: no container runs, so the workers send no reports by themselves
 stops the GM and the LCs and leaves the cluster up (`make kube-down` stops it).
 
 `--gm-port` and `--lc-port` (the first of the LCs' ports) move the ports; 0 takes free ones.
+`--state DIR` keeps the dev cluster's files (kubeconfig, CA, node roots, LC databases) in DIR
+instead of .devcluster, e.g. for a second run next to `make run` (examples/demo.py does so).
 
     .venv/bin/python examples/devrun.py [--no-examples] [--install direct|helm] [--cluster dev|real]
-                                        [--gm-port 9000] [--lc-port 9100]
+                                        [--gm-port 9000] [--lc-port 9100] [--state .devcluster]
 """
 
 from __future__ import annotations
@@ -69,7 +71,6 @@ EXAMPLES = ("joint-inference-helmet-detection.yaml", "federated-learning-surface
             "multi-edge-inference-pedestrian-tracking.yaml", "object-search-pedestrian.yaml",
             "object-tracking-pedestrian.yaml", "incremental-learning-helmet-detection.yaml",
             "lifelong-learning-atcii.yaml")
-KUBECONFIG = Path(".devcluster/kubeconfig")
 FIRST_CLUSTER_PORT = 6443
 PORT_TRIES = 20
 GM_PORT = 9000
@@ -165,11 +166,11 @@ def chart_images() -> dict:
                                        "sedna-lc": [sys.executable, "-m", "lc.cli"]}}}
 
 
-def helm_install(kubeconfig: Path, *, gm_port: int, lc_port: int) -> None:
+def helm_install(kubeconfig: Path, *, gm_port: int, lc_port: int, state: Path = STATE) -> None:
     """`helm install sedna charts/sedna` on the dev cluster (the LC on edge-node-1)."""
     if not os.access(HELM, os.X_OK):
         raise OSError(f"{HELM} is missing: run `make helm` (make run INSTALL=helm does)")
-    home = STATE / "helm"
+    home = state / "helm"
     env = {**os.environ, "HELM_CACHE_HOME": str(home / "cache"), "HELM_CONFIG_HOME": str(home / "config"),
            "HELM_DATA_HOME": str(home / "data")}
     cmd = [str(HELM), "--kubeconfig", str(kubeconfig), "upgrade", "--install", "sedna", str(ROOT / "charts" / "sedna"),
@@ -229,7 +230,7 @@ log = logging.getLogger("devrun")
 
 
 async def run(with_examples: bool, install: str, cluster: str = "dev", *,
-              gm_port: int = GM_PORT, lc_port: int = LC_PORTS["edge-node-1"]) -> None:
+              gm_port: int = GM_PORT, lc_port: int = LC_PORTS["edge-node-1"], state: Path = STATE) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -237,25 +238,26 @@ async def run(with_examples: bool, install: str, cluster: str = "dev", *,
     if cluster == "real":
         await run_real(stop, with_examples, gm_port=gm_port, lc_port=lc_port)
     else:
-        await run_dev(stop, with_examples, install, gm_port=gm_port, lc_port=lc_port)
+        await run_dev(stop, with_examples, install, gm_port=gm_port, lc_port=lc_port, state=state)
 
 
-async def run_dev(stop: asyncio.Event, with_examples: bool, install: str, *, gm_port: int, lc_port: int) -> None:
+async def run_dev(stop: asyncio.Event, with_examples: bool, install: str, *, gm_port: int, lc_port: int,
+                  state: Path = STATE) -> None:
     images = image_map(lc_ports(lc_port)) | (chart_images() if install == "helm" else {})
-    dc = await start_cluster(image_map=images, pod_root=STATE / "cluster")
+    dc = await start_cluster(image_map=images, pod_root=state / "cluster", pki_dir=state / "pki")
     gm = None
     lcs: dict[str, LocalController] = {}
     try:
-        kubeconfig = dc.write_kubeconfig(ROOT / KUBECONFIG).resolve()
+        kubeconfig = dc.write_kubeconfig(state / "kubeconfig").resolve()
         if install == "helm":
             for node in LC_PORTS:
                 write_datasets(Path(dc.runtime.node_root(node)), node)
-            await asyncio.to_thread(helm_install, kubeconfig, gm_port=gm_port, lc_port=lc_port)
+            await asyncio.to_thread(helm_install, kubeconfig, gm_port=gm_port, lc_port=lc_port, state=state)
         else:
             dc.apply_manifests(apis.CRD_DIR)
             gm = await start_gm(kubeconfig, gm_port)
             lcs = await start_lcs({n: Path(dc.runtime.node_root(n)) for n in LC_PORTS}, gm_port=gm.port,
-                                  first_port=lc_port, db=lambda node: STATE / f"lc-{node}.db")
+                                  first_port=lc_port, db=lambda node: state / f"lc-{node}.db")
             # the simulated workers find their LC at the ports bound (free ones with port 0)
             dc.runtime.image_map.update(parse_image_map(image_map({n: lc.port for n, lc in lcs.items()})))
         applied = dc.apply_manifests(*example_paths()) if with_examples else []
@@ -339,6 +341,8 @@ def main() -> int:
     parser.add_argument("--gm-port", type=int, default=GM_PORT, help="the GM's port (0: a free one)")
     parser.add_argument("--lc-port", type=int, default=LC_PORTS["edge-node-1"],
                         help="the first LC's port, the others follow (0: free ones)")
+    parser.add_argument("--state", type=Path, default=STATE,
+                        help="where the dev cluster's files go (kubeconfig, CA, node roots, LC databases)")
     args = parser.parse_args()
     if args.install == "helm" and args.cluster == "real":
         parser.error("--install helm runs on the dev cluster only: kwok runs no container, so the "
@@ -351,7 +355,7 @@ def main() -> int:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     try:
         asyncio.run(run(not args.no_examples, args.install, args.cluster, gm_port=args.gm_port,
-                        lc_port=args.lc_port))
+                        lc_port=args.lc_port, state=args.state.resolve()))
     except OSError as err:
         print(f"devrun: error: {err}", file=sys.stderr)
         return 1
