@@ -7,7 +7,7 @@ HELM := $(VENV)/bin/helm
 # make run INSTALL=helm: the GM and LCs are installed with `helm install charts/sedna`
 INSTALL ?= direct
 
-.PHONY: setup helm test test-cluster run lint bench wrk clean kube-build kube-up kube-down kube-status
+.PHONY: setup helm test test-cluster run demo lint bench wrk clean kube-build kube-up kube-down kube-status
 
 setup: $(STAMP)
 
@@ -55,6 +55,11 @@ CLUSTER ?= dev
 
 run: setup $(if $(filter helm,$(INSTALL)),helm) $(if $(filter real,$(CLUSTER)),kube-build)
 	$(PY) examples/devrun.py --install $(INSTALL) --cluster $(CLUSTER)
+
+# The seed scenarios of every kind with workers, scripted on `make run` (examples/demo.py): prints a table
+# of what held and fails unless everything did; tests/e2e/test_demo.py runs it in `make test`.
+demo: setup
+	$(PY) examples/demo.py
 
 # wrk, the HTTP load generator of bench/lc_ingest.py, from Debian's packages without root:
 # `apt-get download` + `dpkg -x` into .tools/wrk (ignored), with its libluajit next to it and a
