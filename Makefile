@@ -88,6 +88,7 @@ bench: setup wrk
 	$(PY) bench/gm_converge.py
 	$(PY) bench/gm_fleet.py
 	$(PY) bench/gm_failover.py
+	$(PY) bench/hub_fleet.py
 	$(PY) bench/lc_reports.py
 	$(PY) bench/lc_ingest.py
 	$(PY) bench/lc_bounds.py

@@ -31,6 +31,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.procstat import cpu_seconds  # noqa: E402
 from gm.app import GlobalManager  # noqa: E402
 from gm.config import parse_config  # noqa: E402
 from shared import apis  # noqa: E402
@@ -136,7 +137,7 @@ async def main(args: argparse.Namespace) -> None:
             await gm.start()
             await gm.informers.wait_synced()
             start = time.perf_counter()
-            cpu0, server_cpu0 = _cpu_self(), _cpu_of(server.pid)
+            cpu0, server_cpu0 = _cpu_self(), cpu_seconds(server.pid)
             creates = [post(session, f"/apis/sedna.io/v1alpha1/namespaces/{NS}/jointinferenceservices",
                             named(ji, f"ji-{i}")) for i in range(args.ji)]
             creates += [post(session, f"/apis/sedna.io/v1alpha1/namespaces/{NS}/federatedlearningjobs",
@@ -146,7 +147,7 @@ async def main(args: argparse.Namespace) -> None:
             while not await converged(session, args.ji, args.fl):  # noqa: ASYNC110 - polling the API
                 await asyncio.sleep(0.1)
             elapsed = time.perf_counter() - start
-            gm_cpu, server_cpu = _cpu_self() - cpu0, _cpu_of(server.pid) - server_cpu0
+            gm_cpu, server_cpu = _cpu_self() - cpu0, cpu_seconds(server.pid) - server_cpu0
             writes = sum(gm.kube_metrics.api_requests.value(verb, code)
                          for verb in ("create", "update", "patch", "delete")
                          for code in ("200", "201"))
@@ -170,11 +171,6 @@ async def main(args: argparse.Namespace) -> None:
 def _cpu_self() -> float:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
-
-
-def _cpu_of(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":

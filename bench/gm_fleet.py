@@ -34,6 +34,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.procstat import cpu_seconds, memory_kib  # noqa: E402
 from bench.status_harness import GROUP, NS, Proc, Stack, example_docs  # noqa: E402
 
 # children per converged CR: a JI has two Deployments and a Service (the cloud worker's); an
@@ -98,21 +99,6 @@ async def events_written(stack: Stack) -> float:
         r'^gm_events_total\{outcome="(created|patched)"\}\s+([0-9.e+]+)$', text, re.M))
 
 
-def proc_status(pid: int) -> dict[str, int]:
-    """VmHWM and VmRSS of a process, in KiB."""
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmHWM", "VmRSS"):
-            out[key] = int(value.split()[0])
-    return out
-
-
-def proc_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def one_run(n: int, *, within: float) -> dict[str, float]:
     needs, crs = workload(n)
     stack = Stack((), gm_config="")
@@ -123,7 +109,7 @@ async def one_run(n: int, *, within: float) -> dict[str, float]:
         pid = stack.gm.proc.pid
         before = await stack.gm_requests()
         events0 = await events_written(stack)
-        rss0, cpu0 = proc_status(pid)["VmRSS"], proc_cpu(pid)
+        rss0, cpu0 = memory_kib(pid)["VmRSS"], cpu_seconds(pid)
         say(f"N={n}: GM RSS before the CRs {rss0 / 1024:.0f} MiB; posting {n} CRs")
         start = time.perf_counter()
         await post_all(stack, crs)
@@ -137,7 +123,7 @@ async def one_run(n: int, *, within: float) -> dict[str, float]:
         elapsed = time.perf_counter() - start
         after = await stack.gm_requests()
         events = await events_written(stack) - events0
-        mem, cpu = proc_status(pid), proc_cpu(pid) - cpu0
+        mem, cpu = memory_kib(pid), cpu_seconds(pid) - cpu0
     writes = sum(after.get((v, c), 0) - before.get((v, c), 0) for v in WRITES for c in ("200", "201")) - events
     all_calls = sum(v - before.get(k, 0) for k, v in after.items() if k[0] != "hub")
     children = sum(CHILDREN[c["kind"]] for c in crs)
@@ -161,7 +147,7 @@ async def upstream_run(n: int, binary: str, *, within: float) -> dict[str, float
                 await stack.api("POST", f"{GROUP}/namespaces/{NS}/{PLURALS[obj['kind']]}", obj, ok=(201, 409))
             await asyncio.sleep(3.0)  # it has listed and settled
             pid = gm.proc.pid
-            rss0, cpu0 = proc_status(pid)["VmRSS"], proc_cpu(pid)
+            rss0, cpu0 = memory_kib(pid)["VmRSS"], cpu_seconds(pid)
             start = time.perf_counter()
             await post_all(stack, crs)
             posted = time.perf_counter() - start
@@ -172,7 +158,7 @@ async def upstream_run(n: int, binary: str, *, within: float) -> dict[str, float
                     break
                 await asyncio.sleep(0.5)
             elapsed = time.perf_counter() - start
-            mem, cpu = proc_status(pid), proc_cpu(pid) - cpu0
+            mem, cpu = memory_kib(pid), cpu_seconds(pid) - cpu0
         finally:
             await gm.stop()
     return {"n": n, "converged": done, "posted_s": posted, "converge_s": elapsed, "hwm_mib": mem["VmHWM"] / 1024,
