@@ -20,6 +20,7 @@ import json
 import os
 import re
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -96,6 +97,12 @@ class Run:
     errors: int
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def wrk_env() -> dict[str, str]:
     if not WRK.exists():
         sys.exit(f"{WRK} is missing: run `make wrk`")
@@ -157,8 +164,8 @@ async def _drain(stream: asyncio.StreamReader) -> None:
         pass
 
 
-async def start_lc(tmp: Path, gm_port: int) -> tuple[asyncio.subprocess.Process, int]:
-    env = {**os.environ, "ROOTFS_MOUNT_DIR": "", "LC_DB_PATH": str(tmp / "lc.db"),
+async def start_lc(tmp: Path, gm_port: int, *, db: str = "lc.db") -> tuple[asyncio.subprocess.Process, int]:
+    env = {**os.environ, "ROOTFS_MOUNT_DIR": "", "LC_DB_PATH": str(tmp / db),
            "BIND_PORT": "0", "BIND_ADDRESS": "127.0.0.1", "LOG_FORMAT": "json",
            "LOG_LEVEL": "info", "GM_ADDRESS": f"127.0.0.1:{gm_port}", "NODENAME": NODE}
     return await start_process([sys.executable, "-m", "lc.cli"], env=env, ready="serving")
@@ -203,14 +210,17 @@ async def profile(pid: int, port: int, script: Path, args: argparse.Namespace) -
     print(f"profile of the LC at c=16 (py-spy raw): {out}")
 
 
-def row(conc: int, bare: list[Run], lc: list[Run]) -> str:
+def row(conc: int, bare: list[Run], lc: list[Run], alone: list[Run]) -> str:
     def med(runs: list[Run], attr: str) -> float:
         return statistics.median(getattr(r, attr) for r in runs)
-    ratio = statistics.median(lr.rps / br.rps for br, lr in zip(bare, lc, strict=True))
+
+    def ratio(runs: list[Run]) -> float:
+        return statistics.median(r.rps / br.rps for br, r in zip(bare, runs, strict=True))
     bad = sum(r.non_2xx + r.errors for r in lc)
     return (f"| {conc:>4} | {med(bare, 'rps'):>9.0f} | {med(bare, 'p50_ms'):>6.2f} | "
             f"{med(bare, 'p99_ms'):>6.2f} | {med(lc, 'rps'):>9.0f} | {med(lc, 'p50_ms'):>6.2f} | "
-            f"{med(lc, 'p99_ms'):>6.2f} | {ratio:>5.2f}x | {bad:>5} |")
+            f"{med(lc, 'p99_ms'):>6.2f} | {ratio(lc):>5.2f}x | {bad:>5} | {med(alone, 'rps'):>9.0f} | "
+            f"{med(alone, 'p99_ms'):>6.2f} | {ratio(alone):>5.2f}x |")
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -227,18 +237,23 @@ async def main(args: argparse.Namespace) -> None:
         lc, lc_port = await start_lc(tmp, gm_port)
         procs.append(lc)
         await wait_linked(lc_port)
-        for port in (bare_port, lc_port):  # warm-up
+        # the same LC with no GM to link to: what the link costs the worker API
+        alone, alone_port = await start_lc(tmp, free_port(), db="alone.db")
+        procs.append(alone)
+        for port in (bare_port, lc_port, alone_port):  # warm-up
             await asyncio.to_thread(run_wrk, port, 16, 2, script)
         print(f"wrk {args.duration:g}s per run, {args.rounds} interleaved rounds, medians; "
-              "ratio = LC req/s / bare req/s; bad = non-2xx + socket errors (LC)")
-        print("| conc | bare rq/s |  p50  |  p99  |  LC rq/s  |  p50  |  p99  | ratio |  bad  |")
-        print("|------|-----------|-------|-------|-----------|-------|-------|-------|-------|")
+              "ratio = LC req/s / bare req/s; bad = non-2xx + socket errors (LC); "
+              "alone = the same LC with no GM to link to (its outbox only grows)")
+        print("| conc | bare rq/s |  p50  |  p99  |  LC rq/s  |  p50  |  p99  | ratio |  bad  | alone rq/s |  p99  | ratio |")
+        print("|------|-----------|-------|-------|-----------|-------|-------|-------|-------|------------|-------|-------|")
         for conc in args.concurrency:
-            bare_runs, lc_runs = [], []
+            bare_runs, lc_runs, alone_runs = [], [], []
             for _ in range(args.rounds):
                 bare_runs.append(await asyncio.to_thread(run_wrk, bare_port, conc, args.duration, script))
                 lc_runs.append(await asyncio.to_thread(run_wrk, lc_port, conc, args.duration, script))
-            print(row(conc, bare_runs, lc_runs), flush=True)
+                alone_runs.append(await asyncio.to_thread(run_wrk, alone_port, conc, args.duration, script))
+            print(row(conc, bare_runs, lc_runs, alone_runs), flush=True)
         print(f"LC link after the runs: {await outbox(lc_port)}")
         if args.profile:
             await profile(lc.pid, lc_port, script, args)
