@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from devcluster.controllers.nodes import DEFAULT_NODES
-from devcluster.runtime import ImageMapError
+from devcluster.runtime.process import ImageMapError
 from devcluster.servingcert import CertError
 
 

@@ -39,8 +39,8 @@ from devcluster.controllers.nodes import DEFAULT_NODES, NodeController
 from devcluster.controllers.replicaset import ReplicaSetController
 from devcluster.controllers.scheduler import Scheduler
 from devcluster.controllers.tokens import TokenController
-from devcluster.projection import ApiEndpoint, Projector, StoreSources
-from devcluster.runtime import ImageEntry, ProcessRuntime, load_image_map, parse_image_map
+from devcluster.runtime.process import ImageEntry, ProcessRuntime, load_image_map, parse_image_map
+from devcluster.runtime.projection import ApiEndpoint, Projector, StoreSources
 from devcluster.server.faults import Faults
 from devcluster.storage import views
 from devcluster.storage.store import Store

@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from devcluster.cluster import DevCluster  # noqa: E402
-from devcluster.runtime import parse_image_map  # noqa: E402
+from devcluster.runtime.process import parse_image_map  # noqa: E402
 from examples import realcluster  # noqa: E402
 from gm.app import GlobalManager  # noqa: E402
 from gm.config import parse_config  # noqa: E402

@@ -6,7 +6,7 @@ import sys
 
 import yaml
 
-from devcluster.runtime import ImageEntry
+from devcluster.runtime.process import ImageEntry
 from tests.conftest import eventually, run_kubectl
 
 DEPLOY = """

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from devcluster.cluster import DevCluster
-from devcluster.projection import Projection, rewrite_path
+from devcluster.runtime.projection import Projection, rewrite_path
 from tests.conftest import assert_no_crashes, eventually
 from tests.devcluster.helpers import pod, rt
 

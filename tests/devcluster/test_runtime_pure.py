@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from devcluster.controllers.workqueue import KeyQueue
-from devcluster.runtime import (
+from devcluster.runtime.process import (
     ImageEntry,
     ImageMapError,
     LogBuffer,

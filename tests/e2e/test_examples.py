@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from devcluster.runtime import ImageEntry
+from devcluster.runtime.process import ImageEntry
 from lc.app import LocalController
 from lc.config import load
 from lc.link.dialer import link_factory

@@ -9,7 +9,7 @@ node having its own root filesystem), and the runtime rewrites the paths a proce
   `ROOTFS_MOUNT_DIR=/rootfs`) are rewritten to the host directory before the process starts;
 - paths compiled into programs (the in-cluster service-account mount
   `/var/run/secrets/kubernetes.io/serviceaccount` that client libraries read) are rewritten
-  at run time inside Python processes by `devcluster/podshim/sitecustomize.py`, which the
+  at run time inside Python processes by `devcluster/runtime/podshim/sitecustomize.py`, which the
   runtime puts on PYTHONPATH together with the mount table in `DEVCLUSTER_MOUNTS` (JSON).
 
 The API server is the dev cluster's HTTPS port (`KUBERNETES_SERVICE_HOST=127.0.0.1`); its CA

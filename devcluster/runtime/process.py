@@ -21,7 +21,7 @@ container's `command` follows; otherwise the `command` is ignored. The container
 are appended (unless the entry says `args: ignore`), as a container runtime appends `args`
 to the entrypoint.
 
-With a `Projector` (devcluster/projection.py) the runtime also gives the process what the
+With a `Projector` (devcluster/runtime/projection.py) the runtime also gives the process what the
 kubelet gives a container: its volumes as per-pod directories, the service-account mount,
 KUBERNETES_SERVICE_HOST/PORT, and paths and Service names in its env and arguments
 rewritten to what exists on this host. The process gets the dev cluster's
@@ -54,7 +54,7 @@ import yaml
 
 from devcluster.controllers.meta import now_time
 from devcluster.controllers.podstatus import ContainerRun
-from devcluster.projection import Projector
+from devcluster.runtime.projection import Projector
 from devcluster.supervisor import Supervised, Supervisor
 
 log = logging.getLogger("devcluster.runtime")
