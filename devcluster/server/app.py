@@ -20,7 +20,6 @@ import orjson
 import yaml
 from aiohttp import web
 
-from devcluster import tables
 from devcluster.auth import access, tokenreview
 from devcluster.auth.access import Access
 from devcluster.auth.tokenreview import TokenAuthority
@@ -55,6 +54,7 @@ from devcluster.storage import views
 from devcluster.storage.managedfields import manager_name
 from devcluster.storage.store import Store
 from devcluster.storage.watch import WatchEvent
+from devcluster.tables.render import to_table
 
 log = logging.getLogger("devcluster.server")
 
@@ -410,7 +410,7 @@ class _Api:
         elif t.rt.crd:
             meta["continue"] = ""  # a custom resource list is unstructured: nothing omits the empty string
         if wants_table(accept):
-            table = tables.to_table(t.rt, page.items, resource_version=str(page.rv), now=time.time(),
+            table = to_table(t.rt, page.items, resource_version=str(page.rv), now=time.time(),
                                     include_object=q.get("includeObject"))
             table["metadata"] = {**table.get("metadata", {}), **meta}
             return json_response(table)
@@ -469,7 +469,7 @@ class _Api:
             return json_response(self.store.get_scale(t.rt, t.namespace, t.name))
         obj = self.store.get(t.rt, t.namespace, t.name)
         if wants_table(accept) and t.subresource is None:
-            return json_response(tables.to_table(t.rt, [obj], resource_version=obj["metadata"]["resourceVersion"],
+            return json_response(to_table(t.rt, [obj], resource_version=obj["metadata"]["resourceVersion"],
                                                  now=time.time(), include_object=q.get("includeObject")))
         return json_response(self.store.encode(obj, t.rt))
 
@@ -589,7 +589,7 @@ class _Api:
         def as_table(ev: WatchEvent) -> bytes:
             if ev.type == "BOOKMARK":
                 return ev.line()
-            t = tables.to_table(rt, [ev.obj], resource_version=str(ev.rv), now=time.time(),
+            t = to_table(rt, [ev.obj], resource_version=str(ev.rv), now=time.time(),
                                 include_object=include_object)
             return orjson.dumps({"type": ev.type, "object": t}) + b"\n"
         return as_table if table else plain

@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 import pytest
 
 from devcluster.machinery.resource import ResourceType
-from devcluster.tables import column_definitions, human_age, to_table
+from devcluster.tables.columns import human_age
+from devcluster.tables.render import column_definitions, to_table
 
 PODS = ResourceType("", "v1", "pods", "Pod", True)
 DEPLOYMENTS = ResourceType("apps", "v1", "deployments", "Deployment", True)
@@ -265,7 +266,7 @@ def test_cr_without_printer_columns_is_name_and_age():
     pytest.param('.status.conditions[?(@.status=="True")].type', "Running", id="filter-true"),
 ])
 def test_printer_column_slices_and_filters(path, expected):
-    from devcluster.tables import _compile_path, _evaluate
+    from devcluster.tables.custom import _compile_path, _evaluate
     obj = {"status": {"conditions": [{"type": "Pending", "status": "False"},
                                      {"type": "Running", "status": "True"}]}}
     assert _evaluate(obj, _compile_path(path)) == expected
