@@ -36,7 +36,9 @@ Status shape (upstream's condition fields, bounded, unlike upstream's ever-growi
 - `completionTime` is never set: the job never finishes.
 
 Reports (`report_rule`): the LC's `{"phase", "status", "input", "output"}` becomes the
-current condition, input and output re-emitted in upstream's key order.
+current condition, input and output re-emitted in upstream's key order; its `reason` and
+`message` (our LC says why it decided, e.g. the deploy trigger's values) become the
+condition's, else `ReportedByLC` and upstream's "reported by lc".
 """
 
 from __future__ import annotations
@@ -60,7 +62,9 @@ TYPES = (WAITING, READY, STARTING, RUNNING, COMPLETED, FAILED)
 NEXT_STAGE = {TRAIN: EVAL, EVAL: DEPLOY, DEPLOY: TRAIN}
 WORKER_TYPES = {TRAIN: "train", EVAL: "eval", DEPLOY: "inference"}
 REPORTED_TYPES = {"ready": READY, "completed": COMPLETED, "failed": FAILED, "waiting": WAITING}
-REPORTED = "reported by lc"
+REPORTED = "reported by lc"  # upstream's message for an LC's report; ours says why
+REPORTED_REASON = "ReportedByLC"
+MAX_REASON, MAX_MESSAGE = 128, 1024  # characters of an LC's reason and message kept
 
 # the pod phase of a stage's pod (None: no such pod), asked for (stage, cycle)
 PhaseOf = Callable[[str, int], "str | None"]
@@ -259,12 +263,15 @@ def phases(kind: str, job: str, pods: list[Mapping[str, Any]]) -> PhaseOf:
 
 @dataclass(frozen=True, slots=True)
 class StageReport:
-    """An LC's stage report: the condition it asks for, and its models (for LL's KB)."""
+    """An LC's stage report: the condition it asks for, why (our LC says; upstream's does not),
+    and its models (for LL's KB)."""
 
     stage: str
     type: str
     data: str
     models: tuple[Mapping[str, Any], ...]
+    reason: str = REPORTED_REASON
+    message: str = REPORTED
 
 
 _INPUT_KEYS = ("models", "dataURL", "dataIndexURL", "outputDir")
@@ -293,7 +300,19 @@ def parse_stage_report(body: Mapping[str, Any]) -> StageReport:
         data[key] = _section(part, keys, where=key)
         if key == "output":
             models = tuple(data[key].get("models") or ())
-    return StageReport(stage, type_, go_json(data) if data else "", models)
+    reason, message = _why(body, "reason", MAX_REASON), _why(body, "message", MAX_MESSAGE)
+    return StageReport(stage, type_, go_json(data) if data else "", models,
+                       reason=reason or REPORTED_REASON, message=message or REPORTED)
+
+
+def _why(body: Mapping[str, Any], key: str, limit: int) -> str:
+    """The report's `reason` or `message` (what our LC adds), clipped; "" when absent."""
+    value = field(body, key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ReportInvalid(f"{key} must be a string")
+    return value if len(value) <= limit else value[:limit - 3] + "..."
 
 
 def _section(part: Mapping[str, Any], keys: tuple[str, ...], *, where: str) -> dict[str, Any]:
@@ -357,7 +376,7 @@ def _sorted(value: Any) -> Any:
 def reported(status: Mapping[str, Any], report: StageReport, *, now: str) -> dict[str, Any]:
     """The report's (stage, type, data) as the current condition."""
     pos = replace(position(status), stage=report.stage, type=report.type, data=report.data,
-                  reason="", message=REPORTED)
+                  reason=report.reason, message=report.message)
     out = dict(status)
     out["conditions"] = set_current(out.get("conditions") or [], pos, now=now)
     return out

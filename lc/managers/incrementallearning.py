@@ -8,10 +8,12 @@ use the Model objects the GM sends with the job (upstream-lc.md sections 4.5.4-4
 - Eval: the newest trained model of the eval model's format and the eval model
   (`spec.evalSpec.initialEvalModel`, else the deploy model), in that order, which is the
   order the eval worker reports metrics in and the deploy trigger reads them;
-- Deploy: the deploy trigger over the eval's `[new, deployed]` metrics; when it fires the
-  trained model is copied over the deploy model's file (and over the eval model's, if the
-  job has one) unless hot update is enabled, and the stage is reported Ready (or Failed if
-  a copy failed); when it does not fire, Completed ("no need to deploy");
+- Deploy: the deploy trigger over the eval's `[new, deployed]` metrics (a list metric named
+  without an index, upstream's `precision_delta > 0.1`, holds when every class's value
+  does); when it fires the trained model is copied over the deploy model's file (and over
+  the eval model's, if the job has one) unless hot update is enabled, and the stage is
+  reported Ready (or Failed if a copy failed); when it does not fire, Completed ("no need
+  to deploy"); the report's message quotes the values that decided;
 - hot update (section 4.5.9): with `deploySpec.model.hotUpdateEnabled`, once the GM has the
   job in Deploy/Running, the LC on the inference worker's node (`sedna.io/Deploy`, else
   the deploy template's nodeName, else the Dataset's node) copies the trained model next
@@ -93,7 +95,8 @@ class IncrementalLearning(LearningKind):
                                         f"was reported")
         data = {"models": [trained, model_of(evaluated.format, evaluated.url, evaluated.devices)],
                 "dataURL": tick.write("eval", self.eval_samples(tick))}
-        return stage_body("Eval", "Ready", data)
+        return stage_body("Eval", "Ready", data, reason="TrainedModelFound",
+                          message=f"evaluating {trained.get('url', '')} against {evaluated.url}")
 
     def deploy(self, tick: Tick) -> Body | None:
         job = tick.job
@@ -103,17 +106,24 @@ class IncrementalLearning(LearningKind):
             stats = deploy_stats(reported_models(job, "Eval"))
         except LearningError as exc:
             return stage_failed(job, "Deploy", str(exc))
-        if not trigger.fires(stats, tick.now):
-            return stage_body("Deploy", "Completed")
+        verdict = trigger.decide(stats, tick.now)
+        if not verdict.holds:
+            return stage_body("Deploy", "Completed", reason="DeployTriggerNotFired",
+                              message=f"the trained model is not deployed: {verdict.message}")
         trained = matching_model(reported_models(job, "Train"), deployed.format, deployed.devices)
         if trained is None:
             return stage_failed(job, "Deploy", f"no trained model of format {deployed.format!r} "
                                           f"was reported")
-        status = "Ready"
-        if not self.hot_updates(job):
-            status = self._copy(tick, trained, deployed)
         models = [trained, model_of(deployed.format, deployed.url, deployed.devices)]
-        return stage_body("Deploy", status, {"models": models})
+        if not self.hot_updates(job):
+            try:
+                self._replace_models(tick, trained, deployed)
+            except LearningError as exc:  # reported with its models, as upstream does
+                failed = stage_failed(job, "Deploy", f"{verdict.message}, but {exc}")
+                return stage_body("Deploy", "Failed", {"models": models}, reason=failed["reason"],
+                                  message=failed["message"])
+        return stage_body("Deploy", "Ready", {"models": models}, reason="DeployTriggerFired",
+                          message=f"deploying {trained.get('url', '')}: {verdict.message}")
 
     def hot_updates(self, job: dict[str, Any]) -> bool:
         return bool(spec_field(job, "deploySpec", "model", "hotUpdateEnabled"))
@@ -144,14 +154,6 @@ class IncrementalLearning(LearningKind):
             return
         except OSError as exc:
             raise LearningError(f"cannot remove {directory}: {exc.strerror}") from None
-
-    def _copy(self, tick: Tick, trained: dict[str, Any], deployed: ModelInfo) -> str:
-        """Put the trained model in place of the deployed (and eval) model: Ready or Failed."""
-        try:
-            self._replace_models(tick, trained, deployed)
-        except LearningError as exc:
-            return stage_failed(tick.job, "Deploy", str(exc))["status"]
-        return "Ready"
 
     def _replace_models(self, tick: Tick, trained: dict[str, Any], deployed: ModelInfo) -> None:
         tick.copy_model(trained["url"], deployed.url)

@@ -33,16 +33,20 @@ class LifelongLearning(LearningKind):
             return stage_failed(tick.job, "Eval", "no trained model was reported")
         data = {"models": models, "dataURL": tick.write("eval", self.eval_samples(tick)),
                 "outputDir": f"{tick.out}/eval/{tick.state.rounds}"}
-        return stage_body("Eval", "Ready", data)
+        return stage_body("Eval", "Ready", data, reason="TrainedModelFound",
+                          message=f"evaluating the models of train round {tick.state.rounds}: "
+                                  f"{len(models)}")
 
     def deploy(self, tick: Tick) -> Body | None:
         models = reported_models(tick.job, "Eval")
         if not models:
-            return stage_body("Deploy", "Completed")
+            return stage_body("Deploy", "Completed", reason="NoEvaluatedModel",
+                              message="the eval reported no model to deploy")
         first = models[0]
         try:
             tick.copy_model(str(first.get("url", "")), f"{tick.out}/{DEPLOY_MODEL}")
         except LearningError as exc:
             return stage_failed(tick.job, "Deploy", str(exc))
         model = {"format": first.get("format", ""), "url": first.get("url", ""), "classes": None}
-        return stage_body("Deploy", "Ready", {"models": [model]})
+        return stage_body("Deploy", "Ready", {"models": [model]}, reason="EvaluatedModelFound",
+                          message=f"deploying {model['url']} to {tick.out}/{DEPLOY_MODEL}")

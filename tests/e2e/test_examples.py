@@ -87,9 +87,8 @@ def _fast_il(docs: list[dict[str, Any]]) -> None:
     spec = _docs_of(docs, "IncrementalLearningJob")["spec"]
     _fast_trigger(spec["trainSpec"]["trigger"])
     spec["deploySpec"]["model"]["pollPeriodSeconds"] = 1
-    # `precision_delta` names a list, which a trigger cannot compare (upstream's B-22: the
-    # shipped example never deploys); its first element can.
-    spec["deploySpec"]["trigger"]["condition"]["metric"] = "precision_delta[0]"
+    # the deploy trigger stays upstream's, `precision_delta > 0.1` over the eval's per-class
+    # lists: the simulated eval worker reports the new model better on every class
 
 
 def _fast_ll(docs: list[dict[str, Any]]) -> None:

@@ -179,11 +179,24 @@ def test_a_ready_report_becomes_the_current_condition_in_upstream_key_order():
     mutate = learning.stage_report_rule()(body, NOW)
     status = mutate(with_position({}, Position(stage=TRAIN, type=WAITING), now=NOW))
     current = status["conditions"][-1]
-    assert (current["type"], current["stage"], current["status"], current["message"]) == (
-        READY, TRAIN, "True", "reported by lc")
+    assert (current["type"], current["stage"], current["status"], current["reason"], current["message"]) == (
+        READY, TRAIN, "True", "ReportedByLC", "reported by lc")
     assert current["data"] == ('{"input":{"models":[{"format":"ckpt","url":"/m/base","classes":null}],'
                                '"dataURL":"/o/d.txt","outputDir":"/o/train/1"}}')
     assert [c["status"] for c in status["conditions"]] == ["False", "True"]
+
+
+def test_the_lcs_reason_and_message_become_the_conditions():
+    body = {"phase": "deploy", "status": "completed", "output": None, "reason": "DeployTriggerNotFired",
+            "message": "precision_delta > 0.1 is false: element 2 is 0.05 in [0.2, 0.2, 0.05]"}
+    status = learning.stage_report_rule()(body, NOW)(with_position({}, Position(stage=DEPLOY, type=WAITING),
+                                                                    now=NOW))
+    current = status["conditions"][-1]
+    assert (current["type"], current["reason"], current["message"]) == (COMPLETED, body["reason"], body["message"])
+    long = parse_stage_report({**body, "message": "x" * 5000})
+    assert len(long.message) == learning.MAX_MESSAGE and long.message.endswith("...")
+    with pytest.raises(ReportInvalid, match="message must be a string"):
+        parse_stage_report({**body, "message": 3})
 
 
 def test_report_keys_match_ignoring_case_and_models_keep_their_fields():

@@ -369,5 +369,8 @@ async def test_ll_deploy_of_a_model_it_must_not_copy_fails_the_stage(tmp_path: P
         await _node_objects(lc, rootfs, lines=LINES)
         await lc.apply_upsert(LL, NS, "ll", _ll_job(history))
         [body] = await _bodies(lc, 1)
-    assert body == {"phase": "Deploy", "status": "Failed", "output": None}
+    refused = "is 5 bytes, over the limit of 4 bytes" if model == "oversized" else "not a regular file"
+    assert {k: body[k] for k in ("phase", "status", "output", "reason")} == {
+        "phase": "Deploy", "status": "Failed", "output": None, "reason": "StageFailed"}
+    assert refused in body["message"], body["message"]
     assert not (rootfs / "ll-out/deploy/index.pkl").exists()

@@ -8,14 +8,18 @@ the objects the GM would send, and are read back from the outbox the GM is sent.
 from __future__ import annotations
 
 import base64
+import importlib.util
 import json
 from datetime import datetime
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import orjson
 import pytest
+import yaml
 
+from gm.kindlib.learning import parse_stage_report
 from lc.errors import LearningError
 from lc.managers.incrementallearning import hot_update_config
 from lc.managers.learning.kind import LearningKind
@@ -23,12 +27,25 @@ from lc.managers.learning.models import matching_model, upstream_model
 from lc.managers.learning.samples import split_new, write_samples
 from lc.managers.learning.stages import current_stage, reported_models
 from lc.managers.learning.state import JobState
-from lc.managers.learning.triggers import deploy_stats, metric_value, parse_trigger
+from lc.managers.learning.triggers import deploy_stats, metric_values, parse_trigger
 from proto.message import Message, Op
 from proto.upstream import encode_upstream
 from tests.conftest import eventually
 from tests.unit.test_lc_support import running_lc, session
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _sim() -> ModuleType:
+    """examples/workers/sim.py, the simulated workers of the examples."""
+    spec = importlib.util.spec_from_file_location("sim_worker", ROOT / "examples/workers/sim.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SIM = _sim()
 IL, LL = "IncrementalLearningJob", "LifelongLearningJob"
 NS = "default"
 LINES = [f"images/{i}.jpg {i % 2}" for i in range(10)]
@@ -53,14 +70,50 @@ def test_condition_operators(operator: str, value: Any, threshold: Any, fires: b
     assert trigger.fires({"m": value}, datetime(2026, 12, 1, 12, 0)) is fires
 
 
-@pytest.mark.parametrize(("metric", "value"), [
-    ("precision_delta[1]", 0.2), (" precision_delta [0]", 0.1), ("precision_delta[2]", None),
+@pytest.mark.parametrize(("metric", "values"), [
+    ("precision_delta[1]", [0.2]), (" precision_delta [0]", [0.1]), ("precision_delta[2]", None),
     ("precision_delta[-1]", None), ("precision_delta[x]", None), ("precision_delta[0", None),
-    ("precision_delta", None), ("num", 7.0), ("missing", None), ("text", None),
+    ("precision_delta", [0.1, 0.2]), ("empty", []), ("mixed", None), ("num", [7.0]),
+    ("missing", None), ("text", None),
 ])
-def test_metric_lookup_never_crashes_and_lists_need_an_index(metric: str, value: Any) -> None:
-    stats = {"precision_delta": [0.1, 0.2], "num": 7, "text": "many"}
-    assert metric_value(stats, metric) == value
+def test_metric_lookup_never_crashes(metric: str, values: Any) -> None:
+    stats = {"precision_delta": [0.1, 0.2], "empty": [], "mixed": [0.1, "x"], "num": 7, "text": "many"}
+    assert metric_values(stats, metric) == values
+
+
+STATS = {"precision_delta": [0.2, 0.15, 0.3], "recall_delta": [0.2, 0.05, 0.3], "empty": [],
+         "num_of_samples": 12}
+
+
+@pytest.mark.parametrize(("metric", "fires", "message"), [
+    pytest.param("num_of_samples", True, "num_of_samples > 0.1 is true: the value is 12", id="scalar"),
+    pytest.param("precision_delta", True,
+                 "precision_delta > 0.1 is true for every element of [0.2, 0.15, 0.3]", id="list-all-true"),
+    pytest.param("recall_delta", False,
+                 "recall_delta > 0.1 is false: element 1 is 0.05 in [0.2, 0.05, 0.3]", id="list-one-false"),
+    pytest.param("empty", False, "empty > 0.1 is false: the list is empty", id="empty-list"),
+    pytest.param("recall_delta[1]", False, "recall_delta[1] > 0.1 is false: the value is 0.05",
+                 id="indexed-false"),
+    pytest.param("recall_delta[2]", True, "recall_delta[2] > 0.1 is true: the value is 0.3",
+                 id="indexed-true"),
+    pytest.param("recall_delta[3]", False,
+                 "recall_delta[3] > 0.1 is false: the metrics have no number at recall_delta[3] (they have: "
+                 "empty, num_of_samples, precision_delta, recall_delta)", id="indexed-out-of-range"),
+])
+def test_a_list_metric_holds_when_every_element_does(metric: str, fires: bool, message: str) -> None:
+    trigger = parse_trigger(_trigger(">", 0.1, metric), "t")
+    verdict = trigger.decide(STATS, datetime(2026, 12, 1, 12, 0))
+    assert (verdict.holds, verdict.message) == (fires, message)
+    assert trigger.fires(STATS, datetime(2026, 12, 1, 12, 0)) is fires
+
+
+def test_a_long_list_is_quoted_in_part_and_a_closed_timer_says_so() -> None:
+    trigger = parse_trigger(_trigger("<", 1, "p", timer={"start": "08:00", "end": "09:00"}), "t")
+    values = [0.5] * 20
+    assert trigger.decide({"p": values}, datetime(2026, 12, 1, 8, 30)).message == (
+        "p < 1 is true for every element of [" + ", ".join(["0.5"] * 16) + ", ... (4 more)]")
+    late = trigger.decide({"p": values}, datetime(2026, 12, 1, 21, 3))
+    assert (late.holds, late.message) == (False, "the time 21:03 is outside the timer's 08:00-09:00")
 
 
 @pytest.mark.parametrize(("start", "end", "now", "fires"), [
@@ -204,13 +257,13 @@ def _obj(kind: str, name: str, spec: dict, **meta: Any) -> dict[str, Any]:
 
 
 def _il_job(conditions: list[dict], *, threshold: Any = 5, eval_model: bool = False,
-            uid: str = "uid-il") -> dict[str, Any]:
+            uid: str = "uid-il", deploy_trigger: dict | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "dataset": {"name": "ds", "trainProb": 0.8}, "initialModel": {"name": "initial"},
         "trainSpec": {"trigger": _trigger(">", threshold, checkPeriodSeconds=60)},
         "evalSpec": {"initialEvalModel": {"name": "evalm"}} if eval_model else {},
         "deploySpec": {"model": {"name": "deployed"},
-                       "trigger": _trigger(">", 0.05, "precision_delta[0]")},
+                       "trigger": deploy_trigger or _trigger(">", 0.05, "precision_delta[0]")},
         "outputDir": "/output/",
     }
     job = _obj(IL, "il", spec, uid=uid)
@@ -272,7 +325,8 @@ async def test_il_train_is_reported_once_per_cycle_with_its_sample_files(tmp_pat
         assert body == {"phase": "Train", "status": "Ready", "input": {
             "models": [{"format": "pb", "url": "/models/base/model.pb", "classes": None}],
             "dataURL": "/output/data/train/1/data.txt", "outputDir": "/output/train/1"},
-            "output": None}
+            "output": None, "reason": "TrainTriggerFired",
+            "message": "round 1: num_of_samples > 5 is true: the value is 8"}
         assert (rootfs / "output/data/train/1/data.txt").read_text().splitlines() == LINES[:8]
         await _another_tick(lc, IL, "il", _il_job(waiting))  # the GM's view has not moved yet
         assert len(await _pending(lc, 1)) == 1
@@ -341,20 +395,27 @@ async def test_il_eval_then_deploy_copy_the_trained_model(tmp_path: Path) -> Non
     assert eval_body == {"phase": "Eval", "status": "Ready", "input": {
         "models": [upstream_model(TRAINED[0]),
                    {"format": "pb", "url": "/models/deploy/model.pb", "classes": None}],
-        "dataURL": "/output/data/eval/1/data.txt"}, "output": None}
+        "dataURL": "/output/data/eval/1/data.txt"}, "output": None, "reason": "TrainedModelFound",
+        "message": "evaluating /output/train/1/model.pb against /models/deploy/model.pb"}
     assert (rootfs / "output/data/eval/1/data.txt").read_text().splitlines() == LINES[8:]
     assert deploy_body == {"phase": "Deploy", "status": "Ready", "input": {"models": [
         upstream_model(TRAINED[0]),
-        {"format": "pb", "url": "/models/deploy/model.pb", "classes": None}]}, "output": None}
+        {"format": "pb", "url": "/models/deploy/model.pb", "classes": None}]}, "output": None,
+        "reason": "DeployTriggerFired", "message": "deploying /output/train/1/model.pb: "
+        "precision_delta[0] > 0.05 is true: the value is 0.1"}
     assert (rootfs / "models/deploy/model.pb").read_bytes() == b"new"
 
 
-@pytest.mark.parametrize(("new", "status"), [
-    pytest.param([0.62, 0.6], "Completed", id="no-better-no-deploy"),
-    pytest.param([0.7], "Failed", id="metrics-do-not-match"),
+@pytest.mark.parametrize(("new", "status", "reason", "message"), [
+    pytest.param([0.62, 0.6], "Completed", "DeployTriggerNotFired",
+                 "the trained model is not deployed: precision_delta[0] > 0.05 is false: the value is 0.02",
+                 id="no-better-no-deploy"),
+    pytest.param([0.7], "Failed", "StageFailed",
+                 "metric 'precision' of the deployed model does not match the new one",
+                 id="metrics-do-not-match"),
 ])
 async def test_il_deploy_without_a_better_model_or_with_bad_metrics(
-        tmp_path: Path, new: list, status: str) -> None:
+        tmp_path: Path, new: list, status: str, reason: str, message: str) -> None:
     evaluated = [{"format": "pb", "url": "/output/train/1/model.pb", "metrics": {"precision": new}},
                  {"format": "pb", "url": "/models/deploy/model.pb", "metrics": {"precision": [0.6, 0.6]}}]
     async with running_lc(tmp_path) as (lc, _):
@@ -362,7 +423,63 @@ async def test_il_deploy_without_a_better_model_or_with_bad_metrics(
         deploy = _il_until_eval([_cond("Eval", "Completed", 4, evaluated), _cond("Deploy", "Waiting", 5)])
         await lc.apply_upsert(IL, NS, "il", _il_job(deploy))
         _, body = await _bodies(lc, 2)
-    assert body == {"phase": "Deploy", "status": status, "output": None}
+    assert body == {"phase": "Deploy", "status": status, "output": None, "reason": reason,
+                    "message": message}
+
+
+def _example_eval_report(monkeypatch: pytest.MonkeyPatch, urls: list[str]) -> dict[str, Any]:
+    """What the example's simulated eval worker reports for `urls` (new, deployed)."""
+    sent: list[dict[str, Any]] = []
+    for name, value in {"NAMESPACE": NS, "WORKER_NAME": "il-eval-1", "JOB_NAME": "il",
+                        "LC_SERVER": "http://localhost:9100", "TEST_DATASET_URL": "/d/eval.txt",
+                        "MODEL_URLS": ";".join(urls), "SIM_PERIOD": "0"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(SIM, "post", lambda body: sent.append(body) or True)
+    SIM.ROLES["il-eval"](0, 1)
+    [body] = sent
+    return body
+
+
+def _as_the_gm_keeps_it(report: dict[str, Any], second: int) -> dict[str, Any]:
+    """The Eval/Completed condition the GM makes of a relayed eval report (its own parser)."""
+    parsed = parse_stage_report({"phase": report["kind"], "status": report["status"],
+                                 "output": {"models": report["results"], "ownerInfo": None}})
+    return {"type": parsed.type, "stage": parsed.stage, "status": "True", "data": parsed.data,
+            "lastTransitionTime": f"2026-12-01T10:00:{second:02d}Z"}
+
+
+EXAMPLE_DEPLOY_TRIGGER = next(d for d in yaml.safe_load_all(
+    (ROOT / "examples/upstream/incremental-learning-helmet-detection.yaml").read_text())
+    if d and d["kind"] == "IncrementalLearningJob")["spec"]["deploySpec"]["trigger"]
+
+
+@pytest.mark.parametrize(("worse_class", "status", "message"), [
+    pytest.param(None, "Ready", "deploying /output/train/1/model.pb: precision_delta > 0.1 is true for "
+                 "every element of [0.2, 0.2, 0.2, 0.2]", id="better-on-every-class"),
+    pytest.param(2, "Completed", "the trained model is not deployed: precision_delta > 0.1 is false: "
+                 "element 2 is -0.04 in [0.2, 0.2, -0.04, 0.2]", id="worse-on-one-class"),
+])
+async def test_the_upstream_examples_deploy_trigger_reads_its_eval_workers_report(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, worse_class: int | None, status: str,
+        message: str) -> None:
+    """`precision_delta > 0.1` as upstream ships it, over the per-class lists its eval worker
+    reports: a model better on every class is deployed, one worse on any class is not."""
+    assert EXAMPLE_DEPLOY_TRIGGER["condition"] == {"operator": ">", "threshold": 0.1,
+                                                   "metric": "precision_delta"}
+    report = _example_eval_report(monkeypatch, ["/output/train/1/model.pb", "/models/deploy/model.pb"])
+    if worse_class is not None:
+        new, old = (r["metrics"]["precision"] for r in report["results"])
+        new[worse_class] = old[worse_class] - 0.04
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "output/train/1").mkdir(parents=True)
+    (rootfs / "output/train/1/model.pb").write_bytes(b"new")
+    async with running_lc(tmp_path) as (lc, _):
+        await _il_round_one(lc, rootfs, deploy_trigger=EXAMPLE_DEPLOY_TRIGGER)
+        deploy = _il_until_eval([_as_the_gm_keeps_it(report, 4), _cond("Deploy", "Waiting", 5)])
+        await lc.apply_upsert(IL, NS, "il", _il_job(deploy, deploy_trigger=EXAMPLE_DEPLOY_TRIGGER))
+        _, body = await _bodies(lc, 2)
+    assert (body["phase"], body["status"], body["message"]) == ("Deploy", status, message)
+    assert (rootfs / "models/deploy/model.pb").exists() is (status == "Ready")
 
 
 async def test_il_eval_without_a_trained_model_of_its_format_fails_the_stage(
@@ -373,7 +490,8 @@ async def test_il_eval_without_a_trained_model_of_its_format_fails_the_stage(
         await _il_round_one(lc, tmp_path / "rootfs")
         await lc.apply_upsert(IL, NS, "il", _il_job(conditions))
         _, body = await _bodies(lc, 2)
-    assert body == {"phase": "Eval", "status": "Failed", "output": None}
+    assert body == {"phase": "Eval", "status": "Failed", "output": None, "reason": "StageFailed",
+                    "message": "no trained model of format 'pb' was reported"}
 
 
 async def test_il_eval_against_the_initial_eval_model_on_csv_data(tmp_path: Path) -> None:
@@ -436,14 +554,18 @@ async def test_ll_cycle_train_eval_deploy(tmp_path: Path) -> None:
         await lc.apply_upsert(LL, NS, "ll", _ll_job(history))
         *_, deploy = await _bodies(lc, 3)
     assert train == {"phase": "Train", "status": "Ready", "input": {
-        "dataURL": "/ll-out/data/train/1/data.txt", "outputDir": "/ll-out/train/1"}, "output": None}
+        "dataURL": "/ll-out/data/train/1/data.txt", "outputDir": "/ll-out/train/1"}, "output": None,
+        "reason": "TrainTriggerFired", "message": "round 1: num_of_samples >= 5 is true: the value is 5"}
     assert (rootfs / "ll-out/data/train/1/data.txt").read_text().splitlines() == LINES[:5]
     assert evaluation == {"phase": "Eval", "status": "Ready", "input": {
         "models": [{"format": "pkl", "url": "/ll-out/train/1/index.pkl", "classes": None}],
-        "dataURL": "/ll-out/data/eval/1/data.txt", "outputDir": "/ll-out/eval/1"}, "output": None}
+        "dataURL": "/ll-out/data/eval/1/data.txt", "outputDir": "/ll-out/eval/1"}, "output": None,
+        "reason": "TrainedModelFound", "message": "evaluating the models of train round 1: 1"}
     assert (rootfs / "ll-out/data/eval/1/data.txt").read_text().splitlines() == LINES[5:]
     assert deploy == {"phase": "Deploy", "status": "Ready", "input": {"models": [
-        {"format": "pkl", "url": "/ll-out/eval/1/index.pkl", "classes": None}]}, "output": None}
+        {"format": "pkl", "url": "/ll-out/eval/1/index.pkl", "classes": None}]}, "output": None,
+        "reason": "EvaluatedModelFound",
+        "message": "deploying /ll-out/eval/1/index.pkl to /ll-out/deploy/index.pkl"}
     assert (rootfs / "ll-out/deploy/index.pkl").read_bytes() == b"kb"
 
 
@@ -454,7 +576,8 @@ async def test_ll_eval_without_trained_models_fails_instead_of_reporting_null(
         await lc.apply_upsert(LL, NS, "ll", _ll_job([_cond("Train", "Completed", 1, []),
                                                     _cond("Eval", "Waiting", 2)]))
         [body] = await _bodies(lc, 1)
-    assert body == {"phase": "Eval", "status": "Failed", "output": None}
+    assert body == {"phase": "Eval", "status": "Failed", "output": None, "reason": "StageFailed",
+                    "message": "no trained model was reported"}
 
 
 async def test_deploy_is_decided_on_the_eval_node_the_job_names(tmp_path: Path) -> None:
@@ -477,7 +600,9 @@ async def test_deploy_is_decided_on_the_eval_node_the_job_names(tmp_path: Path) 
             await lc.apply_upsert("Model", NS, name, _obj("Model", name, {"format": "pb", "url": "/m"}))
         await lc.apply_upsert(IL, NS, "il", here)
         [body] = await _bodies(lc, 1)
-    assert body == {"phase": "Deploy", "status": "Completed", "output": None}
+    assert body == {"phase": "Deploy", "status": "Completed", "output": None,
+                    "reason": "DeployTriggerNotFired", "message": "the trained model is not deployed: "
+                    "precision_delta[0] > 0.05 is false: the value is 0"}
 
 
 async def test_ll_deploy_without_an_evaluated_model_needs_no_deploy(tmp_path: Path) -> None:
@@ -486,7 +611,8 @@ async def test_ll_deploy_without_an_evaluated_model_needs_no_deploy(tmp_path: Pa
         await lc.apply_upsert(LL, NS, "ll", _ll_job([_cond("Eval", "Completed", 1, []),
                                                     _cond("Deploy", "Waiting", 2)]))
         [body] = await _bodies(lc, 1)
-    assert body == {"phase": "Deploy", "status": "Completed", "output": None}
+    assert body == {"phase": "Deploy", "status": "Completed", "output": None,
+                    "reason": "NoEvaluatedModel", "message": "the eval reported no model to deploy"}
 
 
 async def test_stage_reports_travel_in_upstream_frames(tmp_path: Path) -> None:

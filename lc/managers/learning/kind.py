@@ -61,7 +61,8 @@ class LearningKind:
     def train_input(self, tick: Tick) -> Body | None:
         """The Train/Ready report once the train trigger fires on the pending samples."""
         trigger = parse_trigger(spec_field(tick.job, "trainSpec", "trigger"), "spec.trainSpec.trigger")
-        if not trigger.fires({"num_of_samples": len(tick.state.train)}, tick.now):
+        verdict = trigger.decide({"num_of_samples": len(tick.state.train)}, tick.now)
+        if not verdict.holds:
             return None
         models = self.train_models(tick, tick.state.rounds + 1)
         tick.state.rounds += 1
@@ -69,7 +70,8 @@ class LearningKind:
         data["dataURL"] = tick.write("train", tick.state.train)
         data["outputDir"] = f"{tick.out}/train/{tick.state.rounds}"
         tick.state.train = []
-        return stage_body("Train", "Ready", data)
+        return stage_body("Train", "Ready", data, reason="TrainTriggerFired",
+                          message=f"round {tick.state.rounds}: {verdict.message}")
 
     def train_models(self, tick: Tick, round_: int) -> list[dict[str, Any]] | None:
         """The models a train round starts from (None: the input has no models)."""

@@ -104,7 +104,8 @@ class LearningJob(ObjectLoop):
         if self.state.uid == state.uid:  # not replaced by a new job meanwhile
             self.state = state
         event(log, "learning stage decided", key=self.key, kind=kind, stage=state.done,
-              reported=body.get("status", "nothing"), round=state.rounds)
+              reported=body.get("status", "nothing"), round=state.rounds,
+              reason=body.get("reason", ""), why=body.get("message", ""))
 
     def _task(self, job: dict[str, Any], stage: Stage | None,
               home: bool) -> Callable[[Tick], Body | None] | None:

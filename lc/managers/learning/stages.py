@@ -11,11 +11,14 @@ from typing import Any
 import orjson
 
 from shared.logs import event
+from shared.text import clip
 
 log = logging.getLogger("lc.managers.learning")
 
 Body = dict[str, Any]
 SILENT: Body = {}  # a decision carried out with nothing to report (a hot model update)
+MAX_MESSAGE = 1000  # characters of a decision's message in its report
+STAGE_FAILED = "StageFailed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,20 +70,26 @@ def _data_models(data: Any) -> list[dict[str, Any]]:
     return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
 
 
-def stage_body(phase: str, status: str, data: dict[str, Any] | None = None) -> Body:
-    """An LC-originated status report: `input` only when it has something, `output` null."""
+def stage_body(phase: str, status: str, data: dict[str, Any] | None = None, *,
+               reason: str = "", message: str = "") -> Body:
+    """An LC-originated status report: `input` only when it has something, `output` null,
+    and, when given, the decision's `reason` and `message` (the GM makes them the condition's;
+    upstream's GM ignores keys it does not know)."""
     body: Body = {"phase": phase, "status": status}
     if data:
         body["input"] = data
     body["output"] = None
+    if reason:
+        body["reason"] = reason
+    if message:
+        body["message"] = clip(message, MAX_MESSAGE)
     return body
 
 
 def stage_failed(job: dict[str, Any], stage: str, why: str) -> Body:
-    """The stage reported Failed (the GM restarts the cycle), with the reason logged here
-    since the report cannot carry it."""
+    """The stage reported Failed (the GM restarts the cycle), saying why; logged here too."""
     meta = job.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
     event(log, "learning stage failed", level=logging.WARNING, kind=job.get("kind", ""),
           key=f"{meta.get('namespace', '')}/{meta.get('name', '')}", stage=stage, error=why)
-    return stage_body(stage, "Failed")
+    return stage_body(stage, "Failed", reason=STAGE_FAILED, message=why)

@@ -1,6 +1,12 @@
 """The trigger language of IL/LL specs (upstream-lc.md section 4.7), and the deploy trigger's
 stats from an eval's models. Pure: a malformed metric makes a condition false, a malformed
-trigger is a LearningError naming the field."""
+trigger is a LearningError naming the field.
+
+A metric names a number, or a list of numbers (the eval reports one value per class): `name`
+compares every element and holds when all of them do (an empty list never holds), `name[i]`
+compares element i alone. Upstream reads a list named without an index as 0 (its bug B-22),
+so its own incremental-learning example, `precision_delta > 0.1`, never deploys. Every
+evaluation comes with the values that decided it, for the report and the log."""
 
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ from datetime import time as clock
 from typing import Any
 
 from lc.errors import LearningError
+from shared.text import clip
 
 MIN_CHECK_PERIOD = 1.0
 _EQ_EPSILON = 1e-6
@@ -46,12 +53,18 @@ def number(value: Any) -> float | None:
     return None
 
 
-def metric_value(stats: dict[str, Any], metric: str) -> float | None:
-    """`stats[metric]`, or element i of the list `stats[name]` for `name[i]`; None when
-    absent, out of range or not a number."""
+def metric_values(stats: dict[str, Any], metric: str) -> list[float] | None:
+    """The numbers a condition compares: `[stats[metric]]` for a number, every element for a
+    list (`[]` for an empty one), `[element i]` for `name[i]`; None when absent, out of
+    range or not numbers."""
     found = _INDEXED.match(metric)
     if found is None:
-        return number(stats.get(metric.strip()))
+        value = stats.get(metric.strip())
+        if isinstance(value, list):
+            numbers = [number(v) for v in value]
+            return None if any(n is None for n in numbers) else [n for n in numbers if n is not None]
+        single = number(value)
+        return None if single is None else [single]
     values = stats.get(found["name"].strip())
     try:
         index = int(found["index"])
@@ -59,7 +72,29 @@ def metric_value(stats: dict[str, Any], metric: str) -> float | None:
         return None
     if not isinstance(values, list) or not 0 <= index < len(values):
         return None
-    return number(values[index])
+    single = number(values[index])
+    return None if single is None else [single]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Whether a trigger (or its condition) holds, and the values that decided it."""
+
+    holds: bool
+    message: str
+
+
+SHOWN_VALUES = 16  # elements of a list metric quoted in a message; the rest are counted
+
+
+def _shown(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _listed(values: list[float]) -> str:
+    shown = ", ".join(_shown(v) for v in values[:SHOWN_VALUES])
+    more = len(values) - SHOWN_VALUES
+    return f"[{shown}{f', ... ({more} more)' if more > 0 else ''}]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +106,32 @@ class Condition:
     metric: str
 
     def holds(self, stats: dict[str, Any]) -> bool:
-        value = metric_value(stats, self.metric)
-        if value is None:
-            return False
+        return self.evaluate(stats).holds
+
+    def compare(self, value: float) -> bool:
         return _OPERATORS[self.operator](value, self.threshold,
                                          abs(value - self.threshold) < _EQ_EPSILON)
+
+    def evaluate(self, stats: dict[str, Any]) -> Verdict:
+        """Whether the condition holds, saying which values decided it."""
+        text = f"{self.metric.strip()} {self.operator} {_shown(self.threshold)}"
+        values = metric_values(stats, self.metric)
+        if values is None:
+            known = clip(", ".join(sorted(str(k) for k in stats)) or "none")
+            return Verdict(False, f"{text} is false: the metrics have no number at "
+                                  f"{self.metric.strip()} (they have: {known})")
+        listed = _INDEXED.match(self.metric) is None and isinstance(stats.get(self.metric.strip()), list)
+        if not listed:
+            holds = self.compare(values[0])
+            return Verdict(holds, f"{text} is {str(holds).lower()}: the value is "
+                                  f"{_shown(values[0])}")
+        if not values:
+            return Verdict(False, f"{text} is false: the list is empty")
+        failed = next((i for i, v in enumerate(values) if not self.compare(v)), None)
+        if failed is None:
+            return Verdict(True, f"{text} is true for every element of {_listed(values)}")
+        return Verdict(False, f"{text} is false: element {failed} is {_shown(values[failed])} "
+                              f"in {_listed(values)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +157,16 @@ class Trigger:
     check_period: float | None = None
 
     def fires(self, stats: dict[str, Any], now: datetime) -> bool:
+        return self.decide(stats, now).holds
+
+    def decide(self, stats: dict[str, Any], now: datetime) -> Verdict:
+        """Whether the trigger fires now, with the time or the values that decided it."""
         if self.timer is not None and not self.timer.contains(now):
-            return False
-        return self.condition is not None and self.condition.holds(stats)
+            return Verdict(False, f"the time {now:%H:%M} is outside the timer's "
+                                  f"{self.timer.start:%H:%M}-{self.timer.end:%H:%M}")
+        if self.condition is None:
+            return Verdict(False, "the trigger has no condition")
+        return self.condition.evaluate(stats)
 
 
 def _clock(value: Any, where: str) -> clock:
