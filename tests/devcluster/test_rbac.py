@@ -237,7 +237,8 @@ async def test_gm_can_do_its_work_with_the_charts_cluster_role(tls: Tls) -> None
         "apiVersion": "sedna.io/v1alpha1", "kind": "Dataset", "metadata": {"name": "ds"},
         "spec": {"url": "/data/train.txt", "format": "txt", "nodeName": "edge-node-1"}})
     async with gm:
-        for gvr in (DATASETS, JOINT_INFERENCE, FEDERATED, PODS, DEPLOYMENTS, SERVICES, NODES, LEASES):
+        # the informers' resources (the Lease is read by name: the Role in the GM's namespace)
+        for gvr in (DATASETS, JOINT_INFERENCE, FEDERATED, PODS, DEPLOYMENTS, SERVICES, NODES):
             await gm.list(gvr)
             async with gm.watch(gvr, timeout_seconds=1):
                 pass
@@ -255,6 +256,7 @@ async def test_gm_can_do_its_work_with_the_charts_cluster_role(tls: Tls) -> None
                                          "metadata": {"name": "sedna-gm"}, "spec": {"holderIdentity": "gm-0"}},
                                 namespace="sedna")
         await gm.replace(LEASES, "sedna-gm", {**lease, "spec": {"holderIdentity": "gm-1"}}, namespace="sedna")
+        assert (await gm.get(LEASES, "sedna-gm", namespace="sedna"))["spec"]["holderIdentity"] == "gm-1"
         review = await gm.create(TOKEN_REVIEWS, {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
                                                  "spec": {"token": "not-a-token"}})
         assert review["status"]["authenticated"] is False
@@ -274,6 +276,13 @@ async def test_gm_can_do_its_work_with_the_charts_cluster_role(tls: Tls) -> None
                  'cannot list resource "clusterroles" in API group "rbac.authorization.k8s.io"', id="read-rbac"),
     pytest.param(lambda gm: gm.patch(PODS, "p", {}, namespace="default", subresource="status"),
                  'cannot patch resource "pods/status"', id="pod-status"),
+    pytest.param(lambda gm: gm.get(LEASES, "sedna-gm", namespace="default"),
+                 'cannot get resource "leases" in API group "coordination.k8s.io" in the namespace "default"',
+                 id="lease-outside-its-namespace"),
+    pytest.param(lambda gm: gm.create(SECRETS, {"metadata": {"name": "s"}}, namespace="default"),
+                 'cannot create resource "secrets"', id="create-a-secret"),
+    pytest.param(lambda gm: gm.get(SECRETS, "s", namespace="default"),
+                 'cannot get resource "secrets"', id="get-a-secret"),
 ])
 async def test_gm_is_forbidden_what_the_chart_does_not_grant(tls: Tls, call, message: str) -> None:
     async with await _gm_client(tls) as gm:

@@ -134,7 +134,9 @@ def _release_objects(dc) -> list[str]:
                                 ("serviceaccounts", "", NS), ("serviceaccounts", "", LC_NS),
                                 ("configmaps", "", NS), ("secrets", "", NS),
                                 ("clusterroles", "rbac.authorization.k8s.io", None),
-                                ("clusterrolebindings", "rbac.authorization.k8s.io", None)):
+                                ("clusterrolebindings", "rbac.authorization.k8s.io", None),
+                                ("roles", "rbac.authorization.k8s.io", NS),
+                                ("rolebindings", "rbac.authorization.k8s.io", NS)):
         for o in _items(dc, resource, ns, group):
             meta = o["metadata"]
             labels = meta.get("labels") or {}
@@ -161,6 +163,7 @@ async def test_chart_installs_the_gm_works_under_its_rbac_upgrade_rolls_uninstal
     rc, out, err = await helm("install", "sedna", *_install_args(gm_port, lc_port))
     assert rc == 0, out + err
     assert "Node identity:\n  on (auth.tokenReview)" in out  # NOTES.txt
+    assert f"kubectl -n {NS} logs deploy/gm -f" in out and f"kubectl -n {LC_NS} get pods -l sedna=lc" in out
     # --create-namespace made it, the chart labelled it; the LC has a namespace of its own
     assert _pod_security(dc, NS) == {"pod-security.kubernetes.io/enforce": "restricted",
                                      "pod-security.kubernetes.io/enforce-version": "latest"}

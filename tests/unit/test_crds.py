@@ -545,7 +545,8 @@ def test_templates_render_to_the_expected_kinds():
         "gm-service.yaml": ["Service"],
         "lc-daemonset.yaml": ["DaemonSet"],
         "namespace.yaml": ["Namespace", "Namespace"],
-        "rbac.yaml": ["ClusterRole", "ClusterRoleBinding"],
+        "node-tokens-secret.yaml": [],  # auth.nodeTokens.create
+        "rbac.yaml": ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"],
         "serviceaccount.yaml": ["ServiceAccount", "ServiceAccount"],
     }
     for docs in rendered.values():
@@ -635,25 +636,32 @@ def _allowed(role: dict, group: str, resource: str) -> set[str]:
 
 
 def test_cluster_role_covers_what_the_gm_does():
+    """The kinds and children the GM works with; tests/helm/test_rbac_rules.py derives the exact
+    set from the GM's code."""
     rendered = render_chart()
     role, binding = _one(rendered, "ClusterRole"), _one(rendered, "ClusterRoleBinding")
     for api in apis.ALL_KINDS:
-        assert _allowed(role, "sedna.io", api.plural) >= {"get", "list", "watch", "patch"}
-        assert _allowed(role, "sedna.io", f"{api.plural}/status") >= {"get", "update", "patch"}
-        assert _allowed(role, "sedna.io", f"{api.plural}/finalizers") == {"update"}
+        assert _allowed(role, "sedna.io", api.plural) >= {"get", "list", "watch"}
+        assert _allowed(role, "sedna.io", f"{api.plural}/status") == {"patch"}
+    for decl in DECLARATIONS:  # owners of children with blockOwnerDeletion
+        assert _allowed(role, "sedna.io", f"{decl.api.plural}/finalizers") == {"update"}
     # children: cached by list+watch, relabelled (patch) when an older GM made them
-    assert _allowed(role, "", "pods") >= {"create", "get", "list", "watch", "delete", "patch"}
-    assert _allowed(role, "apps", "deployments") >= {"create", "get", "list", "watch", "delete", "update",
+    assert _allowed(role, "", "pods") == {"create", "get", "list", "watch", "delete", "patch"}
+    assert _allowed(role, "apps", "deployments") == {"create", "get", "list", "watch", "delete", "update",
                                                      "patch"}
-    assert _allowed(role, "autoscaling", "horizontalpodautoscalers") >= {"create", "get", "list", "watch",
+    assert _allowed(role, "autoscaling", "horizontalpodautoscalers") == {"create", "get", "list", "watch",
                                                                          "update", "delete", "patch"}
-    assert _allowed(role, "", "services") >= {"create", "get", "list", "watch", "update", "delete", "patch"}
-    assert _allowed(role, "", "secrets") >= {"get", "list", "watch"}  # the Secret informer
-    assert _allowed(role, "", "events") >= {"create", "patch"}
-    assert _allowed(role, "coordination.k8s.io", "leases") >= {"create", "get", "update"}
+    assert _allowed(role, "", "services") == {"create", "get", "list", "watch", "update", "delete", "patch"}
+    assert _allowed(role, "", "secrets") == {"list", "watch"}  # the Secret informer
+    assert _allowed(role, "", "events") == {"create", "patch"}
+    assert _allowed(role, "coordination.k8s.io", "leases") == set()  # the Role's, in its namespace
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                   "name": role["metadata"]["name"]}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "sedna", "namespace": "sedna"}]
+    lease_role, lease_binding = _one(rendered, "Role"), _one(rendered, "RoleBinding")
+    assert lease_role["metadata"]["namespace"] == lease_binding["metadata"]["namespace"] == "sedna"
+    assert _allowed(lease_role, "coordination.k8s.io", "leases") == {"create", "get", "update"}
+    assert lease_binding["subjects"] == binding["subjects"]
 
 
 def test_cluster_role_lets_the_gm_delete_the_kinds_that_expire():
