@@ -155,14 +155,16 @@ async def report(run: Run, kd: KindDemo, uid: str) -> str:
     async def shown() -> bool:
         cr = await run.api.get(cr_path(kd, kd.namespace))
         return bool(cr) and kd.report.shows(cr.get("status") or {})
-    for _ in range(REPORT_TRIES):
-        await post_report(run.http, lc, body)
+    why = ""
+    for _ in range(REPORT_TRIES):  # as the worker library, again when the LC refuses or the status misses it
         try:
-            await poll(shown, "", within=10, every=0.2)
-        except Failed:
+            await post_report(run.http, lc, body)
+            await poll(shown, f"report in {kd.report.where}", within=10, every=0.2)
+        except Failed as exc:
+            why = str(exc)
             continue
         return f"{name}'s report to the LC of {pod['spec']['nodeName']} in {kd.report.where}"
-    raise Failed(f"{name}'s report (LC answered 200) not in {kd.report.where}")
+    raise Failed(f"{name}'s report, {REPORT_TRIES} times: {why}")
 
 
 async def edit(run: Run, kd: KindDemo, docs: list[dict[str, Any]], uid: str) -> str:

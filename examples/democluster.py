@@ -81,12 +81,15 @@ class DevRun:
     async def _banner(self) -> str:
         assert self._proc is not None and self._proc.stdout is not None
         lines: list[str] = []
-        async with asyncio.timeout(START_TIMEOUT):
-            while not lines or BANNER_END not in lines[-1]:
-                line = (await self._proc.stdout.readline()).decode()
-                if not line:
-                    raise OSError(f"devrun exited ({await self._proc.wait()}) before it was up; see {self.log}")
-                lines.append(line)
+        try:
+            async with asyncio.timeout(START_TIMEOUT):
+                while not lines or BANNER_END not in lines[-1]:
+                    line = (await self._proc.stdout.readline()).decode()
+                    if not line:
+                        raise OSError(f"devrun exited ({await self._proc.wait()}) before it was up; see {self.log}")
+                    lines.append(line)
+        except TimeoutError:
+            raise OSError(f"devrun not up within {START_TIMEOUT:.0f}s; see {self.log}") from None
         return "".join(lines)
 
     async def stop(self) -> int | None:

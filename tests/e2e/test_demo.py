@@ -41,6 +41,7 @@ def test_demo_holds_every_scenario_of_every_kind(tmp_path: Path):
                           capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False)
     log = (state / "devrun.log").read_text(errors="replace")[-3000:] if (state / "devrun.log").exists() else ""
     context = f"{done.stdout[-6000:]}\n{done.stderr[-2000:]}\nthe end of make run's log:\n{log}"
+    assert "\nkind " in done.stdout, context
     rows, failed = table(done.stdout)
     assert list(rows) == list(KINDS), context
     if done.returncode != 0 and len(failed) == 1 and failed[0].startswith(UNLANDED):
