@@ -16,6 +16,7 @@ from typing import Any
 from devcluster.controllers.nodes import DEFAULT_NODES
 from devcluster.runtime.process import ImageMapError
 from devcluster.servingcert import CertError
+from shared.cliflags import add_common_flags
 
 
 class UsageError(ValueError):
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fault-watch-drop-seconds", type=float, default=0.0,
                    help="close every watch after this many seconds (0: never)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    add_common_flags(p, klog=False)  # --version
     return p
 
 

@@ -1,5 +1,8 @@
 """`sedna-gm --config FILE`: run the GlobalManager until SIGTERM or SIGINT.
 
+Also `--log-level LEVEL`, `--version`, and klog's `-v N` as upstream's GM takes it
+(shared/cliflags.py: the forms accepted and how a verbosity maps to a log level).
+
 Exit codes: 0 after a stop signal, 1 when the GM stopped by itself (a task it cannot
 work without ended, caches that did not sync in time, lost leadership: the log says
 which) or cannot reach the cluster, 2 for a bad configuration file.
@@ -18,23 +21,26 @@ from gm import heap
 from gm.app import GlobalManager
 from gm.config import load_config
 from gm.errors import ConfigError, KubeConfigError
-from shared import logs
+from shared import cliflags, logs
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="sedna-gm", description="Sedna GlobalManager")
     parser.add_argument("--config", default="./sedna-gm.yaml", help="config file (default %(default)s)")
-    parser.add_argument("--log-level", default=None, help="overrides log.level of the config")
+    parser.add_argument("--log-level", default=None, help="overrides log.level of the config and -v")
+    cliflags.add_common_flags(parser)
     return parser.parse_args(argv)
 
 
-async def run(config_path: str, log_level: str | None) -> int:
+async def run(config_path: str, log_level: str | None, verbosity: int | None = None) -> int:
     try:
         config = load_config(config_path)
     except ConfigError as exc:
         print(f"sedna-gm: {exc}", file=sys.stderr)
         return 2
-    logs.setup(log_level or config.log.level, config.log.format)
+    flags = argparse.Namespace(verbosity=verbosity)
+    logs.setup(cliflags.chosen_log_level(flags, configured=config.log.level, explicit=log_level),
+               config.log.format)
     heap.configure()
     gm = GlobalManager(config)
     stop = asyncio.Event()
@@ -79,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
         runner = uvloop.run
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         runner = asyncio.run
-    sys.exit(runner(run(args.config, args.log_level)))
+    sys.exit(runner(run(args.config, args.log_level, args.verbosity)))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """`sedna-lc`: run one LocalController until SIGTERM/SIGINT.
 
 Configuration comes only from the environment (lc/config.py, table in lc/README.md), as
-with upstream's LC; the command line takes just --help and --version. Exit codes: 0 after
+with upstream's LC; the command line takes just --help, --version and klog's `-v N` as
+upstream's LC does (shared/cliflags.py; it overrides LOG_LEVEL). Exit codes: 0 after
 a clean shutdown, 2 for a configuration, store or bind error (printed as one clear line).
 
 Stopping is bounded. The LC's own stop has a deadline (`STOP_TIMEOUT`), and the loop is run
@@ -22,26 +23,18 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from importlib import metadata
 from typing import Any
 
 from lc.app import LinkFactory, LocalController
 from lc.config import LCConfig, load
 from lc.errors import ConfigError, StoreError
 from lc.link.dialer import link_factory
-from shared import logs
+from shared import cliflags, logs
 
 log = logging.getLogger("lc")
 
 STOP_TIMEOUT = 30.0  # the LC's ordered stop (HTTP 10 s, link 10 s, managers, store)
 EXIT_GRACE = 5.0  # then, for threads still running
-
-
-def _version() -> str:
-    try:
-        return metadata.version("sedna-py")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 async def serve(config: LCConfig) -> None:
@@ -115,17 +108,21 @@ def exit_code(code: int) -> int:
     return code
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="sedna-lc", description="Sedna LocalController (configured by environment).")
-    parser.add_argument("--version", action="version", version=f"sedna-lc {_version()}")
-    parser.parse_args(argv)
+    cliflags.add_common_flags(parser)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     try:
         config = load()
     except ConfigError as exc:
         print(f"sedna-lc: configuration error: {exc}", file=sys.stderr)
         return 2
-    logs.setup(config.log_level, config.log_format)
+    logs.setup(cliflags.chosen_log_level(args, configured=config.log_level), config.log_format)
     return exit_code(_serve_until_stopped(config))
 
 
