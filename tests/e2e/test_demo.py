@@ -1,11 +1,9 @@
 """`make demo` as a user runs it: examples/demo.py as a process (which runs `make run` as one in
 turn, drives it with kubectl and HTTP, and prints a table of what held).
 
-Every kind with workers must hold every seed scenario and the IL cycle must go through a deploy,
-and the demo must then exit 0. One failure is expected until the learning triggers compare a list
-metric named without an index element by element: upstream's IL example's deploy trigger
-(`precision_delta`) then never fires, so the cycle passes its deploy stage without deploying. That
-failure alone, with that reason, is an expected failure here; any other fails the test.
+Every kind with workers must hold every seed scenario, the IL cycle must go through a real
+deploy (upstream's deploy trigger, `precision_delta` named without an index, fires when every
+element holds), and the demo must then exit 0.
 """
 
 from __future__ import annotations
@@ -20,8 +18,6 @@ ROOT = Path(__file__).resolve().parents[2]
 KINDS = ("JointInferenceService", "FederatedLearningJob", "IncrementalLearningJob", "LifelongLearningJob",
          "FeatureExtractionService", "ObjectSearchService", "ObjectTrackingService", "ReidJob", "VideoAnalyticsJob")
 HEADER = ["kind", "create", "reports", "edit", "self-heal", "delete", "IL", "cycle"]
-UNLANDED = "IncrementalLearningJob / IL cycle: the deploy trigger (precision_delta, a list named without an index) " \
-           "did not fire"
 RUN_TIMEOUT = 240.0  # the demo's own deadline is 170 s, plus starting and stopping `make run`
 
 
@@ -44,9 +40,6 @@ def test_demo_holds_every_scenario_of_every_kind(tmp_path: Path):
     assert "\nkind " in done.stdout, context
     rows, failed = table(done.stdout)
     assert list(rows) == list(KINDS), context
-    if done.returncode != 0 and len(failed) == 1 and failed[0].startswith(UNLANDED):
-        pytest.xfail("upstream's IL deploy trigger names a list metric without an index, which no trigger "
-                     "compares yet")
     assert done.returncode == 0, context
     assert not failed, context
     assert rows == {kind: ["held"] * 5 + ["held" if kind == "IncrementalLearningJob" else "-"] for kind in KINDS}, \
