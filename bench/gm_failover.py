@@ -156,7 +156,7 @@ class ReplicatedStack(Stack):
 
     async def leader(self) -> Replica:
         for r in self.replicas:
-            if r.proc.running and (await self.metrics(r.url)).get("gm_leader") == 1:
+            if r.proc.running and (await self.metrics(r.url)).get("sedna_gm_leader") == 1:
                 return r
         raise RuntimeError("no replica leads")
 
@@ -164,7 +164,7 @@ class ReplicatedStack(Stack):
         """Until `replica` says it leads: the time it did (perf_counter), or None."""
         deadline = time.monotonic() + within
         while time.monotonic() < deadline and replica.proc.running:
-            if (await self.metrics(replica.url)).get("gm_leader") == 1:
+            if (await self.metrics(replica.url)).get("sedna_gm_leader") == 1:
                 return time.perf_counter()
             await asyncio.sleep(0.1)
         return None
@@ -206,7 +206,7 @@ class ReplicatedStack(Stack):
         """Until the replica's work queues are empty (it reconciled what it had to)."""
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
-            depth = [v for k, v in (await self.metrics(replica.url)).items() if k.startswith("gm_workqueue_depth")]
+            depth = [v for k, v in (await self.metrics(replica.url)).items() if k.startswith("sedna_gm_workqueue_depth")]
             if depth and not any(depth):
                 return True
             await asyncio.sleep(0.5)
@@ -263,8 +263,8 @@ class FailoverResult:
     visible_s: float | None  # load stop -> every JI shows its last report answered 200
     dropped: dict[str, list[str]]  # the survivor's LCs whose session ended, by what showed it
     link_polls: int
-    hub: dict[str, float]  # the survivor's gm_hub_sessions_total over the kill, by event
-    survivor_sessions: float | None  # its gm_hub_sessions_active at the end
+    hub: dict[str, float]  # the survivor's sedna_gm_hub_sessions_total over the kill, by event
+    survivor_sessions: float | None  # its sedna_gm_hub_sessions_active at the end
     exited: list[str]  # processes (other than the killed replica) that exited on their own
     log_dir: str
 
@@ -277,9 +277,9 @@ HUB_EVENTS = ("opened", "replaced", "dead", "broken")
 
 
 async def _hub_sessions(stack: ReplicatedStack, replica: Replica) -> dict[str, float]:
-    """Its gm_hub_sessions_total by event (NaN when it does not answer)."""
+    """Its sedna_gm_hub_sessions_total by event (NaN when it does not answer)."""
     m = await stack.metrics(replica.url)
-    return {e: m.get(f'gm_hub_sessions_total{{event="{e}"}}', math.nan) for e in HUB_EVENTS}
+    return {e: m.get(f'sedna_gm_hub_sessions_total{{event="{e}"}}', math.nan) for e in HUB_EVENTS}
 
 
 async def _load(team: list[Worker], rate: float, seconds: float, start: float) -> None:
@@ -438,10 +438,10 @@ class _Run:
             current_s=self._since_kill("current"), caught_up_s=self._since_kill("caught_up"),
             leads_s=self._since_kill("leads"), children_s=self._since_kill("children"),
             transitions=await stack.lease_transitions() - self.transitions_before,
-            survivor_leads=metrics.get("gm_leader") == 1, drained_s=self.drained, visible_s=self.visible,
+            survivor_leads=metrics.get("sedna_gm_leader") == 1, drained_s=self.drained, visible_s=self.visible,
             dropped=await self._dropped(), link_polls=self.poll.polls,
             hub={e: hub_after[e] - self.hub_before[e] for e in HUB_EVENTS},
-            survivor_sessions=metrics.get("gm_hub_sessions_active"),
+            survivor_sessions=metrics.get("sedna_gm_hub_sessions_active"),
             exited=exited + list(stack.crashes), log_dir=str(stack.dir))
 
 

@@ -93,10 +93,10 @@ async def post_all(stack: Stack, objs: list[dict], limit: int = 64) -> None:
 
 
 async def events_written(stack: Stack) -> float:
-    """Events the GM created or counted up (`gm_events_total`), which are writes too."""
+    """Events the GM created or counted up (`sedna_gm_events_total`), which are writes too."""
     text = await stack._text(f"{stack.gm_url}/metrics")
     return sum(float(m.group(2)) for m in re.finditer(
-        r'^gm_events_total\{outcome="(created|patched)"\}\s+([0-9.e+]+)$', text, re.M))
+        r'^sedna_gm_events_total\{outcome="(created|patched)"\}\s+([0-9.e+]+)$', text, re.M))
 
 
 async def one_run(n: int, *, within: float) -> dict[str, float]:

@@ -399,7 +399,7 @@ async def scenario_two(n: int, args: argparse.Namespace, log_dir: Path) -> dict[
                 usages = await asyncio.gather(*(Usage.over(p, args.steady) for p in pids))
                 fds = [descriptors(p) for p in pids]
                 total = clients.total()
-                per_gm = [await gm_metric(stack, url, "gm_hub_sessions_active")
+                per_gm = [await gm_metric(stack, url, "sedna_gm_hub_sessions_active")
                           for url in (stack.gm_url, f"http://127.0.0.1:{other.port}")]
             finally:
                 await clients.stop()

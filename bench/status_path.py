@@ -70,8 +70,8 @@ class Run:
     last_visible: float | None  # last POST -> every object shows its last value (s)
     wait: float
     regressions: int
-    api: dict  # (verb, code) -> delta of gm_api_requests_total
-    hub: dict  # result -> delta of gm_hub_status_reports_total
+    api: dict  # (verb, code) -> delta of sedna_gm_api_requests_total
+    hub: dict  # result -> delta of sedna_gm_hub_status_reports_total
     status_events: int  # watch events of the objects in the window (successful writes that changed them)
     event_writes: dict  # ADDED/MODIFIED watch events of Events about the JIs (the GM's Event creates/patches)
     shown: str = ""  # what the CR showed at the end, when it matters
@@ -319,7 +319,7 @@ async def main(args: argparse.Namespace) -> None:
         ref = runs.get("a1000")
         table(["measure", "b", "ratio"] if ref else ["measure", "b"], run_rows([runs["b"]], ref))
     if "c" in args.only:
-        print("c. GM API requests during each run: gm_api_requests_total{verb,code} from the GM's /metrics "
+        print("c. GM API requests during each run: sedna_gm_api_requests_total{verb,code} from the GM's /metrics "
               "before and after (the dev cluster keeps no request counts). In these windows the GM writes only "
               "JI status and Events; Event creates/patches are counted on a watch of the Events about the JIs "
               "and taken out of the patch column and of the calls per write. JI watch events = status writes "

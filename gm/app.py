@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from gm.config import GMConfig, WorkerConfig, split_list
 from gm.edge.auth import (
@@ -48,6 +49,7 @@ from gm.edge.auth import (
 from gm.edge.capacity import raise_fd_limit, session_capacity
 from gm.edge.hub import Hub
 from gm.edge.intake import PLACEMENT_GRACE
+from gm.edge.metrics import EdgeCollector
 from gm.edge.objects import EdgeObjects
 from gm.edge.pipeline import StatusPipeline
 from gm.edge.status import UpstreamStatus
@@ -69,7 +71,7 @@ from gm.reconcile.reconciler import KindController
 from gm.reconcile.runner import ControllerRunner, ReconcileMetrics
 from shared import apis
 from shared.logs import event
-from shared.metrics import CONTENT_TYPE, Counter, Registry
+from shared.metrics import CONTENT_TYPE, render, service_registry
 from shared.server_limits import guarded_runner
 from shared.tasks import FailFast, Supervised
 from shared.tls import TLSConfigError, server_context
@@ -89,14 +91,14 @@ class LeadershipLost(GMError):
 class GlobalManager:
     """One GM process. `await gm.start()`, then `await gm.wait()`; `await gm.stop()` ends it."""
 
-    def __init__(self, config: GMConfig, *, registry: Registry | None = None,
+    def __init__(self, config: GMConfig, *, registry: CollectorRegistry | None = None,
                  identity: str | None = None,
                  declarations: tuple[KindDeclaration, ...] = DECLARATIONS):
         """`declarations`: the kinds to reconcile (gm/kinds); they are also the kinds whose
         objects go to the edge, with Datasets and Models, and whose reports are taken."""
         self.config = config
         self.declarations = declarations
-        self.registry = registry or Registry()
+        self.registry = registry or service_registry("gm")  # its own: several GMs share a test
         self.kube_metrics = KubeMetrics(self.registry)
         self.reconcile_metrics = ReconcileMetrics(self.registry)
         self.identity = identity or f"{socket.gethostname()}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
@@ -110,7 +112,8 @@ class GlobalManager:
         self.hub: Hub | None = None
         self.status_writer: StatusWriter | None = None
         self.pipeline: StatusPipeline | None = None
-        self.hub_metrics = HubMetrics(self.registry)
+        self.edge_metrics = EdgeCollector()
+        self.registry.register(self.edge_metrics)
         self.app = web.Application(middlewares=[json_errors])
         self._runner: web.AppRunner | None = None
         self._tasks: list[Supervised] = []  # every long-lived task, fail-fast
@@ -181,11 +184,11 @@ class GlobalManager:
         fd_limit = raise_fd_limit()
         capacity = session_capacity(fd_limit, configured=self.config.websocket.maxSessions)
         event(log, "hub session capacity", capacity=capacity, fd_limit=fd_limit)
-        self.hub_metrics.capacity.set(capacity)
         self.hub = Hub(self.edge, UpstreamStatus(self.pipeline, rules=[
             (d.api, d.report) for d in self.declarations if d.report is not None], events=events),
             auth=self._node_auth(), max_sessions=capacity, placement_grace=PLACEMENT_GRACE)
         self.edge.bind(self.hub.notify_changed)
+        self.edge_metrics.watch(hub=self.hub, edge=self.edge, pipeline=self.pipeline)
 
     def _node_auth(self) -> NodeAuth:
         """The configured authenticators, cheapest first: token tables, shared token, TokenReview."""
@@ -237,6 +240,7 @@ class GlobalManager:
         self.app.router.add_get("/healthz", self._healthz)
         self.app.router.add_get("/readyz", self._readyz)
         self.app.router.add_get("/metrics", self._metrics)
+        self.app.router.add_get("/sessions", self._sessions)
         self._runner = guarded_runner(self.app, handle_signals=False, access_log=None,
                                       error_response=error_response)
         await self._runner.setup()
@@ -319,9 +323,13 @@ class GlobalManager:
         return web.Response(status=503, text=f"caches not synced: {', '.join(unsynced)}")
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        if self.hub is not None and self.edge is not None:
-            self.hub_metrics.collect(self.hub, self.edge, self.pipeline)
-        return web.Response(body=self.registry.render().encode(), headers={"Content-Type": CONTENT_TYPE})
+        """Every metric of this GM (docs/metrics.md), the hub's read from it at scrape time."""
+        return web.Response(body=render(self.registry), headers={"Content-Type": CONTENT_TYPE})
+
+    async def _sessions(self, request: web.Request) -> web.Response:
+        """The hub's LC sessions, by node: what an operator asks when a node seems gone."""
+        views = self.hub.sessions() if self.hub is not None else []
+        return web.json_response({"sessions": [view.as_json() for view in views]})
 
     # -- stop ------------------------------------------------------------------------
 
@@ -351,68 +359,3 @@ class GlobalManager:
             await self.client.close()
         self._stopped.set()
         event(log, "gm stopped")
-
-
-class HubMetrics:
-    """The hub's and edge sync's counters on /metrics, copied from their stats at scrape time."""
-
-    _SESSIONS = {"opened": "sessions_opened", "replaced": "sessions_replaced", "dead": "sessions_dead",
-                 "broken": "sessions_broken", "rejected": "handshakes_rejected",
-                 "abandoned": "handshakes_abandoned", "over_capacity": "handshakes_over_capacity",
-                 "busy": "handshakes_busy"}
-    _REPORTS = {"applied": "status_applied", "refused": "refused", "deferred": "deferred",
-                "error": "handler_errors", "placement_wait": "placement_waits"}
-    _PIPELINE = {"writes": "writes", "unchanged": "unchanged", "retries": "retries", "refused": "refused",
-                 "stale": "stale", "coalesced": "coalesced"}
-    _FRAMES = {"in": "frames_in", "out": "frames_out", "ping": "pings_out", "ack": "acks_out",
-               "skipped": "skipped_out"}
-
-    def __init__(self, registry: Registry):
-        self.sessions = registry.counter("gm_hub_sessions_total", "LC sessions by how they began or ended",
-                                         ("event",))
-        self.reports = registry.counter("gm_hub_status_reports_total", "LC status reports by outcome",
-                                        ("result",))
-        self.frames = registry.counter("gm_hub_frames_total", "websocket frames by kind", ("kind",))
-        self.active = registry.gauge("gm_hub_sessions_active", "LC sessions open now")
-        self.capacity = registry.gauge("gm_hub_session_capacity",
-                                       "LC sessions this process admits (its file-descriptor budget)")
-        self.edge_objects = registry.gauge("gm_edge_objects", "objects some edge node needs")
-        self.edge_sends = registry.counter("gm_edge_changes_total", "changes handed to the hub",
-                                           ("op",))
-        self.pipeline = registry.counter("gm_status_pipeline_total",
-                                         "edge status pipeline: committed writes, unchanged batches, retried "
-                                         "writes, refused, stale and coalesced reports", ("event",))
-        self.pipeline_queued = registry.gauge("gm_status_pipeline_queued", "reports waiting for their status write")
-        self.credentials = registry.counter("gm_edge_credential_reads_total",
-                                            "credential annotations for downstream objects by outcome",
-                                            ("result",))
-        for counter, labels in ((self.sessions, self._SESSIONS), (self.reports, self._REPORTS),
-                                (self.frames, self._FRAMES), (self.edge_sends, ("upsert", "delete")),
-                                (self.pipeline, self._PIPELINE),
-                                (self.credentials, ("ok", "unreadable"))):
-            for label in labels:
-                counter.inc(label, amount=0)
-
-    def collect(self, hub: Hub, edge: EdgeObjects, pipeline: StatusPipeline | None = None) -> None:
-        for counter, names, stats in ((self.sessions, self._SESSIONS, hub.stats),
-                                      (self.reports, self._REPORTS, hub.stats),
-                                      (self.frames, self._FRAMES, hub.stats)):
-            for label, attr in names.items():
-                _mirror(counter, label, getattr(stats, attr))
-        if pipeline is not None:
-            for label, attr in self._PIPELINE.items():
-                _mirror(self.pipeline, label, getattr(pipeline.stats, attr))
-            self.pipeline_queued.set(pipeline.queued())
-        self.active.set(hub.sessions_active)
-        self.edge_objects.set(len(edge))
-        _mirror(self.edge_sends, "upsert", edge.stats.published)
-        _mirror(self.edge_sends, "delete", edge.stats.deletes)
-        _mirror(self.credentials, "ok", edge.stats.credential_reads)
-        _mirror(self.credentials, "unreadable", edge.stats.credential_failures)
-
-
-def _mirror(counter: Counter, label: str, total: float) -> None:
-    """Raise a counter to a monotonic total kept elsewhere."""
-    delta = total - counter.value(label)
-    if delta > 0:
-        counter.inc(label, amount=delta)

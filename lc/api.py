@@ -63,6 +63,7 @@ from lc.store.facade import Store
 from lc.store.outbox import OutboxFullError
 from shared.logs import event
 from shared.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from shared.metrics import render
 from shared.server_limits import ServerLimits
 from shared.text import clip
 
@@ -141,7 +142,7 @@ async def _report(request: web.Request, metrics: LCMetrics, share: Share) -> web
                               reason="name_mismatch")
         route = await request.app[DISPATCHER_KEY].handle_report(report)
     except ReportError as exc:
-        metrics.reports_rejected.inc(exc.reason)
+        metrics.reports_rejected.labels(exc.reason).inc()
         event(log, "report refused", level=logging.INFO, worker=clip(path_name),
               reason=exc.reason, error=exc.message)
         response = error_response(exc.status, exc.message)
@@ -149,7 +150,7 @@ async def _report(request: web.Request, metrics: LCMetrics, share: Share) -> web
             return await _reply_and_close(request, response)
         return response
     except BudgetExceeded as exc:  # the body is fine: the worker retries the 503 shortly
-        metrics.reports_rejected.inc("body_budget")
+        metrics.reports_rejected.labels("body_budget").inc()
         event(log, "report refused", level=logging.INFO, worker=clip(path_name),
               reason="body_budget", error=str(exc))
         return await _reply_and_close(request, error_response(
@@ -161,18 +162,18 @@ async def _report(request: web.Request, metrics: LCMetrics, share: Share) -> web
               peer=request.remote or "")
         return error_response(400, "the client closed the connection before its body arrived")
     except OutboxFullError as exc:  # nothing was stored: the worker retries the 503
-        metrics.reports_rejected.inc("outbox_full")
+        metrics.reports_rejected.labels("outbox_full").inc()
         event(log, "report refused", level=logging.INFO, worker=clip(path_name),
               reason="outbox_full", error=str(exc))
         return error_response(503, f"report of worker(name={clip(path_name)}) not stored: "
                                    f"{exc}", **{"Retry-After": STORE_RETRY_AFTER})
     except StoreError as exc:
-        metrics.reports_rejected.inc("store")
+        metrics.reports_rejected.labels("store").inc()
         event(log, "report not stored", level=logging.ERROR, worker=clip(path_name),
               error=str(exc))
         return error_response(503, f"report of worker(name={clip(path_name)}) not stored: "
                                    f"{exc}", **{"Retry-After": STORE_RETRY_AFTER})
-    metrics.reports_accepted.inc(route)
+    metrics.reports_accepted.labels(route).inc()
     metrics.report_seconds.observe(time.perf_counter() - started)
     return web.Response(body=OK_BODY, content_type=JSON)
 
@@ -354,13 +355,12 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    lc_metrics, store = request.app[METRICS_KEY], request.app[STORE_KEY]
-    lc_metrics.set_dead_letters(store.dead_letter_counts)
-    lc_metrics.set_dropped(store.dropped)
-    lc_metrics.set_body_budget(request.app[BUDGET_KEY])
-    lc_metrics.outbox_bytes.set(await store.outbox_bytes())
-    text = lc_metrics.registry.render()
-    return web.Response(text=text, headers={"Content-Type": METRICS_CONTENT_TYPE})
+    """The LC's metrics (docs/metrics.md); the outbox's bytes are the one value read here,
+    since the store answers it from the database (the rest is read by collectors)."""
+    lc_metrics = request.app[METRICS_KEY]
+    lc_metrics.outbox_bytes.set(await request.app[STORE_KEY].outbox_bytes())
+    return web.Response(body=render(lc_metrics.registry),
+                        headers={"Content-Type": METRICS_CONTENT_TYPE})
 
 
 async def openapi(request: web.Request) -> web.Response:
@@ -412,6 +412,7 @@ def build_app(*, store: Store, dispatcher: Dispatcher, metrics_: LCMetrics,
     app[STORE_KEY] = store
     app[DISPATCHER_KEY] = dispatcher
     app[METRICS_KEY] = metrics_
+    metrics_.watch(store=store, budget=app[BUDGET_KEY])
     app[LINK_STATE_KEY] = link_state
     app.router.add_post("/sedna/workers/{name}/info", post_report)
     app.router.add_post("/sedna/workers/{name}/info/", post_report)

@@ -97,7 +97,7 @@ class LocalController:
         self.link: Link | None = None
         self.store: Store | None = None
         self.dispatcher: Dispatcher | None = None
-        self.metrics = LCMetrics(outbox_size=lambda: self.store.outbox_size if self.store else 0)
+        self.metrics = LCMetrics()
         self._runner: web.AppRunner | None = None
         self.link_task: Supervised | None = None  # the link's run, restarted when it ends
         self.port: int | None = None  # the bound port once started (BIND_PORT may be 0)

@@ -46,6 +46,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -58,7 +60,14 @@ from gm.edge.encoded import EncodedVersions
 from gm.edge.heartbeat import HeartbeatWheel
 from gm.edge.intake import MAX_REFUSALS, REFUSAL_WINDOW, Intake
 from gm.edge.ports import ObjectSource, StatusHandler
-from gm.edge.session import CLOSE_INTERNAL_ERROR, HubStats, Session, SessionEnd
+from gm.edge.session import (
+    CLOSE_INTERNAL_ERROR,
+    HubStats,
+    Session,
+    SessionEnd,
+    SessionView,
+    wall_offset,
+)
 from gm.edge.writer import SessionWriter
 from gm.http_errors import refusal
 from proto import (
@@ -88,6 +97,7 @@ _MAX_REASON_BYTES = 123  # RFC 6455: a close frame's reason fits in 123 bytes
 WEBSOCKET_VERSION = "13"  # RFC 6455's, the only one the hub speaks
 HELLO_TIMEOUT = 10.0  # the LC's own (lc/link/dialer.py): by then it has given up and gone
 MAX_HANDSHAKES = 256  # upgrades between their answer and the session's registration, at once
+DEPARTED_RETENTION = 600.0  # how long a disconnected node stays on /metrics (connected 0)
 
 
 class Hub:
@@ -112,6 +122,7 @@ class Hub:
         max_sessions: int | None = None,
         max_handshakes: int = MAX_HANDSHAKES,
         encoded_bytes: int = DEFAULT_ENCODED_BYTES,
+        departed_retention: float = DEPARTED_RETENTION,
     ) -> None:
         if not 0 < ping_interval < dead_after:
             raise ValueError(f"need 0 < ping_interval ({ping_interval}) < dead_after ({dead_after})")
@@ -126,6 +137,11 @@ class Hub:
         self._max_frame_bytes = max_frame_bytes
         self._compress = compress
         self._sessions: dict[str, Session] = {}
+        # Nodes whose session ended, oldest first: node -> (unix time it ended, of its last frame).
+        # Invariant: no node is here and in `_sessions`; an entry lives `departed_retention`
+        # seconds or until the node is forgotten, so it holds at most the nodes that exist.
+        self._departed: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._departed_retention = departed_retention
         # sessions this process can hold (its descriptor budget); None = no limit
         self.max_sessions = max_sessions
         self._upgrading = 0  # connections between admission and registration
@@ -183,10 +199,29 @@ class Hub:
         session = self._sessions.get(node)
         return len(session.pending) if session is not None else 0
 
+    def sessions(self) -> list[SessionView]:
+        """Every connected node's session, by node name (GET /sessions, the per-node series)."""
+        offset = wall_offset()
+        return [self._sessions[node].view(offset) for node in sorted(self._sessions)]
+
+    def departed(self) -> dict[str, float]:
+        """Nodes disconnected within `departed_retention` seconds: node -> unix time of the
+        last frame heard from it."""
+        self._prune_departed(time.time())
+        return {node: last_frame for node, (_, last_frame) in self._departed.items()}
+
+    def _prune_departed(self, now: float) -> None:
+        while self._departed:
+            node, (ended, _) = next(iter(self._departed.items()))
+            if now - ended < self._departed_retention:
+                return
+            del self._departed[node]
+
     def forget_node(self, node: str) -> None:
         """Drop what the hub remembers about a node (call when the Node is deleted)."""
         self.writer.held.pop(node, None)
-        session = self._sessions.get(node)
+        self._departed.pop(node, None)
+        session = self._sessions.pop(node, None)  # its end is not recorded as a departure
         if session is not None:
             session.stop(CLOSE_GOING_AWAY, "node removed")
 
@@ -394,6 +429,7 @@ class Hub:
             old.stop(CLOSE_REPLACED, "replaced by a newer connection for this node")
             self.stats.sessions_replaced += 1
         self._sessions[node] = session
+        self._departed.pop(node, None)
         self.stats.sessions_opened += 1
         if native:
             self._lines.event("hub session opened", node=node, mode=session.mode, objects=session.snapshot_count,
@@ -409,6 +445,9 @@ class Hub:
         session.stop(code, reason)
         if self._sessions.get(session.node) is session:
             del self._sessions[session.node]
+            now = time.time()
+            self._departed[session.node] = (now, session.last_frame(wall_offset()))
+            self._prune_departed(now)
         self._wheel.remove(session)
         writer = session.writer
         if writer is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -94,7 +95,8 @@ class Session:
     """
 
     __slots__ = ("node", "ws", "transport", "native", "epoch", "pending", "acks", "refusals", "snapshot_count",
-                 "snapshot_due", "seq", "end", "reader", "writer", "heard", "peer_pinged", "pinged", "beat_slot")
+                 "snapshot_due", "seq", "end", "reader", "writer", "heard", "peer_pinged", "pinged", "beat_slot",
+                 "since", "acked")
 
     def __init__(self, node: str, ws: web.WebSocketResponse, transport: asyncio.BaseTransport | None, *,
                  native: bool, epoch: str = "") -> None:
@@ -116,6 +118,8 @@ class Session:
         self.peer_pinged = -math.inf  # loop time of the peer's last ping
         self.pinged = 0.0  # loop time the heartbeat wheel last pinged (or chose not to)
         self.beat_slot = -1  # the wheel's slot for it
+        self.since = time.time()  # unix time it opened (for operators: GET /sessions, /metrics)
+        self.acked = 0  # the highest report seq acked in this session (native mode only)
 
     def stop(self, code: int, reason: str) -> None:
         """Ask the session to end with this close code; the first request wins. A task never
@@ -135,4 +139,39 @@ class Session:
     @property
     def mode(self) -> str:
         return "native" if self.native else "upstream"
+
+    def view(self, wall_offset: float) -> SessionView:
+        """What operators see of it; `wall_offset` turns loop time into unix time."""
+        return SessionView(node=self.node, mode=self.mode, since=self.since,
+                           last_frame=self.last_frame(wall_offset), pending=len(self.pending),
+                           acked_seq=self.acked)
+
+    def last_frame(self, wall_offset: float) -> float:
+        """Unix time of the last frame from the peer (its opening, before the wheel took it)."""
+        return self.heard + wall_offset if self.heard else self.since
+
+
+@dataclass(frozen=True, slots=True)
+class SessionView:
+    """One session as `GET /sessions` lists it and the per-node series show it."""
+
+    node: str
+    mode: str  # native or upstream
+    since: float  # unix time the session opened
+    last_frame: float  # unix time of the last frame from the node: its heartbeat
+    pending: int  # object versions waiting to be written to the node
+    acked_seq: int  # the highest report seq acked in this session (0: none, or upstream mode)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"node": self.node, "mode": self.mode, "since": self.since,
+                "lastFrame": self.last_frame, "pending": self.pending, "ackedSeq": self.acked_seq}
+
+
+def wall_offset() -> float:
+    """Unix time minus the running loop's time (the loop's clock without a running loop)."""
+    try:
+        now = asyncio.get_running_loop().time()
+    except RuntimeError:
+        now = time.monotonic()  # asyncio's default loop clock
+    return time.time() - now
 

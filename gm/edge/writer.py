@@ -94,6 +94,7 @@ class SessionWriter:
                 seq, error = session.acks.pop(0)
                 await self.send(session.ws, encode_native(ack(seq, error=error)))
                 self.stats.acks_out += 1
+                session.acked = max(session.acked, seq)
             else:
                 key, obj = session.pending.pop()
                 await self._send_object(session, key, obj)

@@ -4,7 +4,7 @@ Objects go in and out as plain dicts (orjson both ways); no model classes, so a 
 thousands of pods costs one parse. Every request passes a client-side QPS/burst bucket (the
 default one, or the budget it names: status writes and Events have their own, so neither can
 starve the other or the reconcilers' child writes),
-has a timeout, is counted in `gm_api_requests_total{verb,code}` with its latency, and a
+has a timeout, is counted in `sedna_gm_api_requests_total{verb,code}` with its latency, and a
 failure is raised as one of the typed errors of `errors.py` (mapped in one place there).
 """
 
@@ -233,8 +233,8 @@ class KubeClient:
         return time.monotonic()
 
     def _observe(self, verb: str, code: str, start: float) -> None:
-        self.metrics.api_requests.inc(verb, code)
-        self.metrics.api_latency.observe(time.monotonic() - start, verb)
+        self.metrics.api_requests.labels(verb, code).inc()
+        self.metrics.api_latency.labels(verb).observe(time.monotonic() - start)
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:

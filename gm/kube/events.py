@@ -105,14 +105,14 @@ class EventRecorder:
             raise ValueError("an event needs a reason")
         involved = involved_object(obj)
         if not self._allowed(involved):
-            self.metrics.events_sent.inc("throttled")
+            self.metrics.events_sent.labels("throttled").inc()
             return False
         pending = _Pending(involved, involved.get("namespace") or "default", reason,
                            message[:MAX_MESSAGE], type, time.time_ns())
         try:
             self._queue.put_nowait(pending)
         except asyncio.QueueFull:
-            self.metrics.events_sent.inc("dropped")
+            self.metrics.events_sent.labels("dropped").inc()
             return False
         return True
 
@@ -164,7 +164,7 @@ class EventRecorder:
         for attempt in range(1, self._retries + 1):
             try:
                 outcome = await self._write(p)
-                self.metrics.events_sent.inc(outcome)
+                self.metrics.events_sent.labels(outcome).inc()
                 return
             except Unavailable as exc:
                 last: ApiError = exc
@@ -173,7 +173,7 @@ class EventRecorder:
             except ApiError as exc:  # 4xx: retrying the same body cannot help
                 last = exc
                 break
-        self.metrics.events_sent.inc("failed")
+        self.metrics.events_sent.labels("failed").inc()
         event(log, "event not written", level=logging.WARNING, key=_object_key(p.involved),
                   kind=p.involved.get("kind"), reason=p.reason, code=last.code, error=last.message)
 

@@ -214,7 +214,7 @@ class SharedInformer:
                   handler=getattr(fn, "__qualname__", repr(fn)), error=repr(exc))
 
     def _set_gauge(self) -> None:
-        self.metrics.informer_objects.set(len(self.store), str(self.gvr))
+        self.metrics.informer_objects.labels(str(self.gvr)).set(len(self.store))
 
 
 def _rv(obj: Obj) -> str:

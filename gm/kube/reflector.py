@@ -82,7 +82,7 @@ class Reflector:
             self.gvr, namespace=self.namespace, label_selector=self.label_selector,
             field_selector=self.field_selector, page_size=self.settings.page_size)
         self.lists += 1
-        self.metrics.informer_lists.inc(str(self.gvr))
+        self.metrics.informer_lists.labels(str(self.gvr)).inc()
         self.resource_version = rv
         self.sink.replace(items, rv)
 
@@ -90,7 +90,7 @@ class Reflector:
         """One watch request from the current RV, until the server ends it."""
         timeout = self.settings.watch_timeout * (1.0 + random.random())
         self.watches += 1
-        self.metrics.informer_watches.inc(str(self.gvr))
+        self.metrics.informer_watches.labels(str(self.gvr)).inc()
         stream = self.client.watch(
             self.gvr, namespace=self.namespace, resource_version=self.resource_version,
             label_selector=self.label_selector, field_selector=self.field_selector,

@@ -67,7 +67,7 @@ class WorkQueue:
             return
         self._dirty.add(key)
         if self._metrics is not None:
-            self._metrics.queue_adds.inc(self.name)
+            self._metrics.queue_adds.labels(self.name).inc()
         if key in self._processing:
             return  # done() queues it again
         self._queue.append(key)
@@ -125,7 +125,7 @@ class WorkQueue:
     def add_rate_limited(self, key: Hashable) -> None:
         """Re-add `key` after the rate limiter's backoff (a failed reconcile)."""
         if self._metrics is not None:
-            self._metrics.queue_retries.inc(self.name)
+            self._metrics.queue_retries.labels(self.name).inc()
         self.add_after(key, self._limiter.when(key))
 
     def forget(self, key: Hashable) -> None:
@@ -169,4 +169,4 @@ class WorkQueue:
 
     def _set_depth(self) -> None:
         if self._metrics is not None:
-            self._metrics.queue_depth.set(len(self._queue), self.name)
+            self._metrics.queue_depth.labels(self.name).set(len(self._queue))

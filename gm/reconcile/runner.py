@@ -21,10 +21,12 @@ import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
 from gm.errors import Retry, retry_of
 from gm.kube.workqueue import SHUTDOWN, WorkQueue
 from shared.logs import event
-from shared.metrics import Registry
+from shared.metrics import SECONDS_BUCKETS
 
 log = logging.getLogger("gm.controllers")
 
@@ -43,11 +45,13 @@ Reconcile = Callable[[str], Awaitable["Requeue | None"]]
 class ReconcileMetrics:
     """Reconcile outcomes and latency, by controller."""
 
-    def __init__(self, registry: Registry):
-        self.total = registry.counter(
-            "gm_reconcile_total", "reconciles by controller and result", ("controller", "result"))
-        self.latency = registry.histogram(
-            "gm_reconcile_duration_seconds", "reconcile latency by controller", ("controller",))
+    def __init__(self, registry: CollectorRegistry):
+        self.registry = registry
+        self.total = Counter("sedna_gm_reconcile", "reconciles by controller and result",
+                             ("controller", "result"), registry=registry)
+        self.latency = Histogram("sedna_gm_reconcile_duration_seconds",
+                                 "reconcile latency by controller", ("controller",),
+                                 buckets=SECONDS_BUCKETS, registry=registry)
 
 
 class ControllerRunner:
@@ -61,7 +65,7 @@ class ControllerRunner:
         self._workers = workers
         self._metrics = metrics
         for result in RESULTS:
-            metrics.total.inc(name, result, amount=0)
+            metrics.total.labels(name, result)
 
     async def run(self, wait_synced: Callable[[], Awaitable[None]]) -> None:
         """Wait for the caches, then run the workers until the queue shuts down."""
@@ -91,8 +95,8 @@ class ControllerRunner:
         except Exception as exc:  # a bug or an unexpected API failure must not kill the worker
             result = self._failed(key, exc)
         finally:
-            self._metrics.total.inc(self.name, result)
-            self._metrics.latency.observe(time.monotonic() - started, self.name)
+            self._metrics.total.labels(self.name, result).inc()
+            self._metrics.latency.labels(self.name).observe(time.monotonic() - started)
 
     def _failed(self, key: Hashable, exc: Exception) -> str:
         """Act on the key as `retry_of` says; returns the metrics result."""

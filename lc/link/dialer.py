@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import aiohttp
+from prometheus_client import CollectorRegistry
 
 from lc.errors import ConfigError
 from lc.link.apply import DownstreamApplier, ObjectSink
@@ -40,7 +41,6 @@ from lc.link.state import BACKOFF, CONNECTED, CONNECTING, STOPPED, LinkInfo, Lin
 from lc.store.facade import Store
 from proto import MAX_FRAME_BYTES, SUBPROTOCOL, ObjKey
 from shared.logs import event
-from shared.metrics import Registry
 from shared.tls import TLSConfigError, client_context
 
 if TYPE_CHECKING:
@@ -113,12 +113,12 @@ class GMLink:
     """The websocket client to the GM; satisfies lc.app.Link (`state`, `run()`)."""
 
     def __init__(self, settings: LinkSettings, *, store: Store, sink: ObjectSink,
-                 registry: Registry | None = None, rand: Callable[[], float] = random.random) -> None:
+                 registry: CollectorRegistry | None = None, rand: Callable[[], float] = random.random) -> None:
         self.settings = settings
         self.info = LinkInfo()
-        self.metrics = LinkMetrics(self.info, registry)
-        self.applier = DownstreamApplier(sink, self._stored_keys)
         self.session: Session | None = None
+        self.metrics = LinkMetrics(self.info, registry, inflight=self._inflight)
+        self.applier = DownstreamApplier(sink, self._stored_keys)
         self._store = store
         self._backoff = Backoff(base=settings.backoff_base, cap=settings.backoff_cap, rand=rand)
         self._task: asyncio.Task[None] | None = None
@@ -174,7 +174,6 @@ class GMLink:
         while True:
             if not first:
                 self.info.reconnects += 1
-                self.metrics.reconnects.inc()
             first = False
             self.info.state = CONNECTING
             delay = await self._attempt(http)
@@ -239,13 +238,16 @@ class GMLink:
         except OSError as exc:
             raise LinkError(f"cannot read the GM token file {path!r}: {exc.strerror}") from exc
 
+    def _inflight(self) -> int:
+        """Reports sent in the current session and not acked yet (for /metrics)."""
+        session = self.session
+        return session.inflight if session is not None and self.info.connected else 0
+
     def _established(self, session: Session) -> None:
         self.session = session
         self._established_at = asyncio.get_running_loop().time()
         self.info.state, self.info.mode = CONNECTED, session.mode
         self.info.sessions += 1
-        self.metrics.sessions.inc()
-        self.metrics.set_mode(session.mode)
         self._connected.set()
         event(log, "connected to the GM", url=self.settings.url, node=self.settings.node,
               mode=session.mode, outbox=self._store.outbox_size)
@@ -266,7 +268,6 @@ class GMLink:
 
     def _set_disconnected(self, state: str) -> None:
         self.info.state, self.info.mode = state, ""
-        self.metrics.set_mode("")
         self._connected.clear()
 
     async def _close(self, ws: aiohttp.ClientWebSocketResponse, code: int, reason: str) -> None:

@@ -155,7 +155,6 @@ class Session:
         try:
             done = await until_first_done(tasks)
         finally:
-            self._metrics.inflight.set(0)
             await self._flush_acks()
         end = _first_end(done)
         if self.native and end.peer_code in FRAME_REFUSED_CODES:
@@ -242,7 +241,7 @@ class Session:
 
     def _on_object(self, msg: Message) -> None:
         self._info.downstream += 1
-        self._metrics.downstream.inc(str(msg.op))
+        self._metrics.downstream.labels(str(msg.op)).inc()
         key = object_key(msg.kind, msg.namespace, msg.name)
         if msg.op is Op.UPSERT:
             assert msg.body is not None  # Message enforces a body on upsert
@@ -273,15 +272,12 @@ class Session:
     def _on_ack(self, msg: Message) -> None:
         entry = self._inflight.ack(msg.seq)
         self._room.set()
-        self._metrics.inflight.set(len(self._inflight))
         self._info.highest_acked = max(self._info.highest_acked, msg.seq)
         error = msg.body.get("error") if msg.body is not None else None
         if error is None:
             self._info.acked += 1
-            self._metrics.reports.inc("acked")
         else:
             self._info.refused += 1
-            self._metrics.reports.inc("refused")
             where = f"{entry.namespace}/{entry.name}" if entry else "?"
             event(log, "report refused by the GM, moved to dead letters", level=logging.WARNING,
                   seq=msg.seq, kind=entry.kind if entry else "?", key=where, error=error)
@@ -379,7 +375,6 @@ class Session:
             await self._drop(entry, str(exc))
             return False
         self._inflight.add(entry, self._loop.time())
-        self._metrics.inflight.set(len(self._inflight))
         if before_send is not None:
             before_send()
         await self._send(data)
@@ -422,14 +417,11 @@ class Session:
     def _count_covered(self, count: int) -> None:
         if count:
             self._info.covered += count
-            self._metrics.reports.inc("covered", amount=count)
 
     def _count_sent(self, resend: bool) -> None:
         self._info.sent += 1
-        self._metrics.reports.inc("sent")
         if resend:
             self._info.resent += 1
-            self._metrics.reports.inc("resent")
 
     async def _clear_suspects(self) -> None:
         try:
@@ -441,7 +433,6 @@ class Session:
     async def _drop(self, entry: OutboxEntry, error: str) -> None:
         """An entry that can never be sent: move it to the dead letters with the reason."""
         self._info.dropped += 1
-        self._metrics.reports.inc("dropped")
         event(log, "report cannot be sent, moved to dead letters", level=logging.WARNING,
               seq=entry.seq, kind=entry.kind, key=f"{entry.namespace}/{entry.name}", error=error)
         try:
@@ -452,7 +443,6 @@ class Session:
 
     def _count_dead(self, seq: int, reason: str, error: str) -> None:
         self._info.dropped += 1
-        self._metrics.reports.inc("dropped")
         event(log, "report the GM cannot decode moved to dead letters", level=logging.WARNING,
               seq=seq, reason=reason, error=error)
 

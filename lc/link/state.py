@@ -8,10 +8,13 @@ are refused" is here, and the same numbers are exported as Prometheus metrics.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from shared.metrics import Counter, Gauge, Registry
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 IDLE = "idle"
 CONNECTING = "connecting"
@@ -20,6 +23,7 @@ BACKOFF = "backoff"
 STOPPED = "stopped"
 STATES = (IDLE, CONNECTING, CONNECTED, BACKOFF, STOPPED)
 MODES = ("native", "upstream")
+OUTCOMES = ("sent", "resent", "acked", "refused", "dropped", "covered")  # LinkInfo's counts
 
 
 @dataclass(slots=True)
@@ -55,37 +59,40 @@ class LinkInfo:
         return doc
 
 
-class LinkMetrics:
-    """The link's metrics, registered up front on the LC's registry (or a private one)."""
+class LinkMetrics(Collector):
+    """The link's metrics on the LC's registry (or a private one): the counts `LinkInfo` keeps,
+    read at scrape time, and the downstream frames by op, counted as they arrive."""
 
-    def __init__(self, info: LinkInfo, registry: Registry | None = None) -> None:
-        self.registry = registry if registry is not None else Registry()
-        r = self.registry
-        self.connected: Gauge = r.gauge(
-            "sedna_lc_link_connected", "1 while a session with the GM is up.",
-            fn=lambda: 1.0 if info.connected else 0.0)
-        self.mode: Gauge = r.gauge(
-            "sedna_lc_link_mode", "1 for the protocol mode of the current session.", ["mode"])
-        self.reconnects: Counter = r.counter(
-            "sedna_lc_link_reconnects_total", "Dial attempts after the first one.")
-        self.sessions: Counter = r.counter(
-            "sedna_lc_link_sessions_total", "Sessions established with the GM.")
-        self.reports: Counter = r.counter(
-            "sedna_lc_link_reports_total",
-            "Reports by outcome: sent, resent, acked, refused, dropped, covered (not sent: "
-            "a newer report of the same object replaces it).", ["outcome"])
-        self.downstream: Counter = r.counter(
-            "sedna_lc_link_downstream_frames_total", "Object frames received from the GM, by op.",
-            ["op"])
-        self.inflight: Gauge = r.gauge(
-            "sedna_lc_link_inflight", "Reports sent and not yet acked.")
-        for mode in MODES:
-            self.mode.set(0, mode)
-        for outcome in ("sent", "resent", "acked", "refused", "dropped", "covered"):
-            self.reports.inc(outcome, amount=0)
+    def __init__(self, info: LinkInfo, registry: CollectorRegistry | None = None, *,
+                 inflight: Callable[[], int] = lambda: 0) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._info = info
+        self._inflight = inflight
+        self.downstream = Counter(
+            "sedna_lc_link_downstream_frames", "Object frames received from the GM, by op.",
+            ["op"], registry=self.registry)
         for op in ("upsert", "delete"):
-            self.downstream.inc(op, amount=0)
+            self.downstream.labels(op)
+        self.registry.register(self)
 
-    def set_mode(self, mode: str) -> None:
+    def collect(self) -> Iterable[Metric]:
+        info = self._info
+        yield GaugeMetricFamily("sedna_lc_link_connected", "1 while a session with the GM is up.",
+                                value=1 if info.connected else 0)
+        mode = GaugeMetricFamily("sedna_lc_link_mode",
+                                 "1 for the protocol mode of the current session.", labels=["mode"])
         for m in MODES:
-            self.mode.set(1 if m == mode else 0, m)
+            mode.add_metric([m], 1 if info.mode == m else 0)
+        yield mode
+        yield CounterMetricFamily("sedna_lc_link_reconnects", "Dial attempts after the first one.",
+                                  value=info.reconnects)
+        yield CounterMetricFamily("sedna_lc_link_sessions", "Sessions established with the GM.",
+                                  value=info.sessions)
+        reports = CounterMetricFamily(
+            "sedna_lc_link_reports", "Reports by outcome: sent, resent, acked, refused, dropped, "
+            "covered (not sent: a newer report of the same object replaces it).", labels=["outcome"])
+        for outcome in OUTCOMES:
+            reports.add_metric([outcome], getattr(info, outcome))
+        yield reports
+        yield GaugeMetricFamily("sedna_lc_link_inflight", "Reports sent and not yet acked.",
+                                value=self._inflight())

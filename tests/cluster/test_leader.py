@@ -2,7 +2,7 @@
 
 Two GMs run as processes (`python -m gm.cli --config FILE`), each serving its own port, both
 watching the test's namespace and campaigning for one Lease there, with short lease timings. The
-first one leads: the Lease names its process, its /metrics say `gm_leader 1`, and it reconciles a
+first one leads: the Lease names its process, its /metrics say `sedna_gm_leader 1`, and it reconciles a
 JointInferenceService; the other stays standby, reads the Lease every retry period and creates
 nothing. SIGKILL of the leader leaves the Lease held and unrenewed: the standby takes it once it has
 gone unrenewed for its duration, reconciles a JointInferenceService created after the kill, carries
@@ -67,7 +67,7 @@ def parse_metrics(text: str) -> dict[str, float]:
 
 def creates(metrics: dict[str, float]) -> float:
     """API create calls of any outcome."""
-    return sum(v for k, v in metrics.items() if re.fullmatch(r'gm_api_requests_total\{.*verb="create".*\}', k))
+    return sum(v for k, v in metrics.items() if re.fullmatch(r'sedna_gm_api_requests_total\{.*verb="create".*\}', k))
 
 
 @dataclass
@@ -190,7 +190,7 @@ async def test_one_gm_leads_the_other_takes_over_after_sigkill(target: Cluster, 
     ji, before = await reconciled(target, ns, JI)
     assert first.holds(await lease(target, ns))
     leader, standby = await first.metrics(), await second.metrics()
-    assert (leader["gm_leader"], standby["gm_leader"]) == (1, 0)
+    assert (leader["sedna_gm_leader"], standby["sedna_gm_leader"]) == (1, 0)
     assert creates(leader) >= 3  # the children, at least
     assert creates(standby) == 0, {k: v for k, v in standby.items() if "api_requests" in k}
 
@@ -201,7 +201,7 @@ async def test_one_gm_leads_the_other_takes_over_after_sigkill(target: Cluster, 
     await create_second(target, ns)
 
     async def second_leads() -> bool:
-        return (await second.metrics())["gm_leader"] == 1
+        return (await second.metrics())["sedna_gm_leader"] == 1
     await eventually(second_leads, "the standby leading", within=LEASE_DURATION + TAKEOVER_SLACK + 5, interval=0.1)
     took = asyncio.get_running_loop().time() - killed
     assert LEASE_DURATION - RENEW_DEADLINE <= took <= LEASE_DURATION + RETRY_PERIOD + TAKEOVER_SLACK, took
@@ -242,5 +242,5 @@ async def _held_by(target: Cluster, ns: str, gm: GMProcess) -> dict | None:
 async def _lease_reads(gm: GMProcess, *, at_least: int) -> bool:
     """The standby's gets: its informers list and watch, so every get is a read of the Lease."""
     metrics = await gm.metrics()
-    gets = sum(v for k, v in metrics.items() if re.fullmatch(r'gm_api_requests_total\{.*verb="get".*\}', k))
-    return gets >= at_least and metrics["gm_leader"] == 0
+    gets = sum(v for k, v in metrics.items() if re.fullmatch(r'sedna_gm_api_requests_total\{.*verb="get".*\}', k))
+    return gets >= at_least and metrics["sedna_gm_leader"] == 0

@@ -29,6 +29,7 @@ from proto import (
 from shared import apis
 from tests.conftest import eventually
 from tests.e2e.conftest import load_example
+from tests.scrape import value
 
 NS = "default"
 JOB = "surface-defect-detection"
@@ -128,10 +129,10 @@ async def test_snapshot_holds_exactly_what_each_node_needs(gm, api, connect):
     assert cloud.snapshot == {}
     async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{gm.port}/metrics") as resp:
         metrics = await resp.text()
-    assert 'gm_hub_sessions_total{event="opened"} 3' in metrics
-    assert "gm_hub_sessions_active 3" in metrics
-    assert "gm_edge_objects 4" in metrics  # two Datasets, the job and its Model
-    assert 'gm_edge_changes_total{op="delete"} 0' in metrics
+    assert value(metrics, "sedna_gm_hub_sessions_total", event="opened") == 3
+    assert value(metrics, "sedna_gm_hub_sessions_active") == 3
+    assert value(metrics, "sedna_gm_edge_objects") == 4  # two Datasets, the job and its Model
+    assert value(metrics, "sedna_gm_edge_changes_total", op="delete") == 0
 
 
 async def test_edits_and_deletes_reach_the_nodes(gm, api, connect):

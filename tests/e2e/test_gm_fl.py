@@ -8,6 +8,7 @@ import orjson
 
 from gm.kube.resources import FL, GVR, NODES, PODS
 from gm.reconcile.executor import BATCH
+from shared.metrics import sample
 from tests.conftest import eventually
 from tests.e2e.conftest import load_example
 
@@ -188,9 +189,8 @@ async def test_invalid_template_is_a_condition_not_a_crash(gm, api, sedna_cluste
     job = dc.store.get(rt(dc, FL), NS, JOB)
     assert pods_of(dc, job["metadata"]["uid"]) == {}
     # the user's to fix: waits for a change instead of retrying with backoff
-    metrics = gm.reconcile_metrics.total
-    await eventually(lambda: metrics.value("federatedlearningjob", "permanent") >= 1, within=5)
-    assert metrics.value("federatedlearningjob", "error") == 0
+    await eventually(lambda: reconciles(gm, "federatedlearningjob", "permanent") >= 1, within=5)
+    assert reconciles(gm, "federatedlearningjob", "error") == 0
 
 
 # -- large jobs, server rejections, waits -------------------------------------------------
@@ -238,8 +238,7 @@ async def test_deleting_a_large_job_mid_creation_stops_the_creates(gm, api, sedn
                                 message="progress status during creation")
         assert len(added) < 300 and status["phase"] == "Running"
         await api.delete(FL, JOB, namespace=NS)
-        metrics = gm.reconcile_metrics.total
-        await eventually(lambda: metrics.value("federatedlearningjob", "gone") >= 1, within=30,
+        await eventually(lambda: reconciles(gm, "federatedlearningjob", "gone") >= 1, within=30,
                        message="the reconcile noticed its job is gone")
         await eventually(lambda: not [p for p in dc.store.list(rt(dc, PODS), NS)[0]
                                     if p["metadata"]["labels"].get("federatedlearningjob.sedna.io/name")],
@@ -270,9 +269,8 @@ async def test_template_rejected_by_the_api_server_is_a_condition_and_event(gm, 
                                          if e["reason"] == "WorkerRejected"), None),
                            within=5, message="Warning event")
     assert event["type"] == "Warning" and "containerPort" in event["message"]
-    metrics = gm.reconcile_metrics.total
-    await eventually(lambda: metrics.value("federatedlearningjob", "permanent") >= 1, within=5)
-    assert metrics.value("federatedlearningjob", "error") == 0  # not a retry loop
+    await eventually(lambda: reconciles(gm, "federatedlearningjob", "permanent") >= 1, within=5)
+    assert reconciles(gm, "federatedlearningjob", "error") == 0  # not a retry loop
     # fixing the template clears it
     patch = [{"op": "remove", "path": "/spec/trainingWorkers/1/template/spec/containers/0/ports"}]
     await api.patch(FL, JOB, patch, namespace=NS, patch_type="json")
@@ -327,9 +325,8 @@ async def test_memory_lots_is_an_invalid_template_not_a_retry_loop(gm, api, sedn
                           within=10, message="Failed condition")
     assert cond["reason"] == "InvalidTemplate"
     assert "resources.limits.memory: 'lots' is not a quantity" in cond["message"]
-    metrics = gm.reconcile_metrics.total
-    await eventually(lambda: metrics.value("federatedlearningjob", "permanent") >= 1, within=5)
-    assert metrics.value("federatedlearningjob", "error") == 0
+    await eventually(lambda: reconciles(gm, "federatedlearningjob", "permanent") >= 1, within=5)
+    assert reconciles(gm, "federatedlearningjob", "error") == 0
     assert pods_of(dc, dc.store.get(rt(dc, FL), NS, JOB)["metadata"]["uid"]) == {}
 
 
@@ -354,3 +351,7 @@ async def test_job_replaced_mid_creation_gets_only_its_own_pods_and_status(gm, a
     status = await eventually(lambda: (s := fl_status(dc)).get("active") == 3 and s.get("observedGeneration") == 1
                             and s, within=10, message="the new job's status")
     assert status["phase"] == "Running"
+
+
+def reconciles(gm, controller: str, result: str) -> float:
+    return sample(gm.registry, "sedna_gm_reconcile_total", controller=controller, result=result)

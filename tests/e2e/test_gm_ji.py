@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gm.kube.resources import DEPLOYMENTS, GVR, HPAS, JI, PODS, SERVICES
+from shared.metrics import sample
 from tests.conftest import eventually
 from tests.e2e.conftest import load_example
 
@@ -169,10 +170,10 @@ async def test_unchanged_spec_never_rolls(gm, api, sedna_cluster):
     await create_example(api)
     await eventually(lambda: (get(dc, JI, SVC) or {}).get("status", {}).get("active") == 2, within=10)
     before = {n: get(dc, DEPLOYMENTS, n)["metadata"]["generation"] for n in (EDGE, CLOUD)}
-    runs = gm.reconcile_metrics.total.value("jointinferenceservice", "success")
+    runs = reconciles(gm, "jointinferenceservice", "success")
     # a metadata-only change triggers reconciles but is not a spec change
     await api.patch(JI, SVC, {"metadata": {"labels": {"team": "vision"}}}, namespace=NS)
-    await eventually(lambda: gm.reconcile_metrics.total.value("jointinferenceservice", "success") > runs,
+    await eventually(lambda: reconciles(gm, "jointinferenceservice", "success") > runs,
                    within=10, message="a reconcile after the label change")
     assert {n: get(dc, DEPLOYMENTS, n)["metadata"]["generation"] for n in (EDGE, CLOUD)} == before
 
@@ -196,8 +197,11 @@ async def test_edit_rejected_by_the_api_server_is_a_condition_not_a_retry_loop(g
     ev_rt = dc.store.registry.lookup(group="", version="v1", resource="events")
     await eventually(lambda: any(e["reason"] == "WorkerRejected" and e["type"] == "Warning"
                                for e in dc.store.list(ev_rt, NS)[0]), within=5, message="Warning event")
-    metrics = gm.reconcile_metrics.total
-    await eventually(lambda: metrics.value("jointinferenceservice", "permanent") >= 1, within=5)
-    assert metrics.value("jointinferenceservice", "error") == 0
+    await eventually(lambda: reconciles(gm, "jointinferenceservice", "permanent") >= 1, within=5)
+    assert reconciles(gm, "jointinferenceservice", "error") == 0
     container = get(dc, DEPLOYMENTS, EDGE)["spec"]["template"]["spec"]["containers"][0]
     assert "ports" not in container  # the running Deployment keeps the last accepted template
+
+
+def reconciles(gm, controller: str, result: str) -> float:
+    return sample(gm.registry, "sedna_gm_reconcile_total", controller=controller, result=result)

@@ -42,8 +42,8 @@ async def test_sedna_gm_serves_and_stops_on_sigterm(sedna_cluster, tmp_path):
                 await asyncio.sleep(0.05)
             async with session.get(f"http://127.0.0.1:{port}/metrics") as r:
                 text = await r.text()
-            assert 'gm_reconcile_total{controller="federatedlearningjob",result="success"}' in text
-            assert "gm_workqueue_depth" in text and "gm_api_requests_total" in text
+            assert 'sedna_gm_reconcile_total{controller="federatedlearningjob",result="success"}' in text
+            assert "sedna_gm_workqueue_depth" in text and "sedna_gm_api_requests_total" in text
         proc.send_signal(signal.SIGTERM)
         rc = await asyncio.wait_for(proc.wait(), 15)
         _, err = await proc.communicate()

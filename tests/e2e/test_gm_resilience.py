@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 from gm.kube.resources import DEPLOYMENTS, FL, GVR, JI, PODS
+from shared.metrics import sample
 from tests.conftest import eventually
 from tests.e2e.conftest import load_example
 
@@ -91,6 +92,10 @@ async def test_fifty_jobs_converge_with_api_errors_and_watch_drops(start_gm, api
                    message="50 jobs converged under faults")
     dc.faults.reset()
     assert counts(dc) == (75, 50)
-    errors = gm.reconcile_metrics.total.value("federatedlearningjob", "error") + \
-        gm.reconcile_metrics.total.value("jointinferenceservice", "error")
+    errors = reconciles(gm, "federatedlearningjob", "error") + \
+        reconciles(gm, "jointinferenceservice", "error")
     assert errors > 0  # the faults really hit the reconcilers
+
+
+def reconciles(gm, controller: str, result: str) -> float:
+    return sample(gm.registry, "sedna_gm_reconcile_total", controller=controller, result=result)

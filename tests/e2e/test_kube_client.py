@@ -20,6 +20,7 @@ from gm.kube.apierrors import (
 from gm.kube.client import KubeClient
 from gm.kube.kubeconfig import ClientSettings, load_connection
 from gm.kube.resources import CONFIGMAPS, DEPLOYMENTS, GVR, PODS
+from shared.metrics import sample
 from tests.e2e.conftest import connect
 
 NS = "default"
@@ -102,10 +103,10 @@ async def test_delete_with_preconditions_and_propagation(kube):
     pytest.param(lambda k: k.create(PODS, {"x": {1, 2}}, namespace=NS), id="unserializable"),
 ])
 async def test_bad_arguments_fail_before_any_request(kube, call):
-    before = sum(kube.metrics.api_requests._values.values())
+    before = requests_made(kube)
     with pytest.raises(ValueError):
         await call(kube)
-    assert sum(kube.metrics.api_requests._values.values()) == before
+    assert requests_made(kube) == before
 
 
 async def test_list_all_follows_continue_and_fills_kind(kube):
@@ -120,7 +121,7 @@ async def test_list_all_follows_continue_and_fills_kind(kube):
     assert sorted(o["metadata"]["name"] for o in items) == [f"page-{i}" for i in range(7)]
     assert all(o["kind"] == "ConfigMap" and o["apiVersion"] == "v1" for o in items)
     assert int(rv) >= max(int(o["metadata"]["resourceVersion"]) for o in items)
-    assert kube.metrics.api_requests.value("list", "200") >= 4
+    assert sample(kube.metrics.registry, "sedna_gm_api_requests_total", verb="list", code="200") >= 4
 
 
 async def test_apply_patch_creates_then_merges(kube):
@@ -171,7 +172,7 @@ async def test_transport_failure_is_unavailable_and_counted(cluster):
         with pytest.raises(Unavailable) as info:
             await k.get(PODS, "p", namespace=NS)
         assert info.value.code == 0
-        assert k.metrics.api_requests.value("get", "error") == 1
+        assert sample(k.metrics.registry, "sedna_gm_api_requests_total", verb="get", code="error") == 1
 
 
 @pytest.mark.parametrize("code,reason", [
@@ -185,7 +186,7 @@ async def test_server_errors_are_unavailable(kube, cluster, code, reason):
     with pytest.raises(Unavailable) as info:
         await kube.get(CONFIGMAPS, "any", namespace=NS)
     assert (info.value.code, info.value.reason) == (code, reason)
-    assert kube.metrics.api_requests.value("get", str(code)) == 1
+    assert sample(kube.metrics.registry, "sedna_gm_api_requests_total", verb="get", code=str(code)) == 1
     cluster.faults.configure({"reset": True})
     with pytest.raises(NotFound):
         await kube.get(CONFIGMAPS, "any", namespace=NS)
@@ -198,7 +199,7 @@ async def test_client_qps_limit_spaces_requests(cluster, tmp_path):
         for _ in range(6):
             await k.list(CONFIGMAPS, namespace=NS, limit=1)
         assert loop.time() - start >= 5 / 50 * 0.9
-        assert k.metrics.api_throttle.count() >= 4
+        assert sample(k.metrics.registry, "sedna_gm_api_rate_limiter_wait_seconds_count") >= 4
 
 
 async def test_missing_kubeconfig_is_a_config_error(tmp_path):
@@ -250,3 +251,9 @@ async def ensure_widget_crd(kube: KubeClient) -> GVR:
                 return WIDGETS
             except NotFound:
                 await asyncio.sleep(0.02)
+
+
+def requests_made(kube: KubeClient) -> float:
+    """API requests of every verb and code so far."""
+    return sum(s.value for family in kube.metrics.registry.collect() for s in family.samples
+               if s.name == "sedna_gm_api_requests_total")

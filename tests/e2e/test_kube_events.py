@@ -7,6 +7,7 @@ import pytest
 
 from gm.kube.events import EventRecorder
 from gm.kube.resources import CONFIGMAPS, EVENTS
+from shared.metrics import sample
 from tests.e2e.test_kube_client import NS, cm
 
 
@@ -52,8 +53,8 @@ async def test_repeats_fold_into_count_and_different_ones_do_not(kube, recorder,
     evs = await events_about(kube, "subject")
     counts = sorted((e["type"], e["message"], e["count"]) for e in evs)
     assert counts == [("Normal", "boom", 1), ("Warning", "boom", 3), ("Warning", "other message", 1)]
-    assert kube.metrics.events_sent.value("patched") == 2
-    assert kube.metrics.events_sent.value("created") == 3
+    assert sample(kube.metrics.registry, "sedna_gm_events_total", outcome="patched") == 2
+    assert sample(kube.metrics.registry, "sedna_gm_events_total", outcome="created") == 3
 
 
 async def test_deleted_event_is_recreated(kube, recorder, target):
@@ -72,7 +73,7 @@ async def test_full_queue_drops_without_blocking(kube, target):
     rec = EventRecorder(kube, component="sedna-gm", max_queue=2)  # not started: nothing drains
     assert rec.normal(target, "A", "1") and rec.normal(target, "A", "2")
     assert rec.normal(target, "A", "3") is False
-    assert kube.metrics.events_sent.value("dropped") == 1
+    assert sample(kube.metrics.registry, "sedna_gm_events_total", outcome="dropped") == 1
     await rec.start()
     await rec.flush()
     await rec.stop()

@@ -11,6 +11,7 @@ from gm.kube.informer import CacheSyncTimeout, InformerFactory, InformerFailed, 
 from gm.kube.reflector import ReflectorSettings
 from gm.kube.resources import CONFIGMAPS, GVR, PODS
 from gm.kube.store import INDEX_LABEL, INDEX_NAMESPACE, INDEX_OWNER, by_label
+from shared.metrics import sample
 from tests.conftest import eventually
 from tests.e2e.test_kube_client import NS, cm
 
@@ -130,7 +131,7 @@ async def test_relist_after_dropped_stream_delivers_missed_changes_once(kube, cl
     cluster.faults.configure({"watch_drop_after": None, "errors": [
         {"rate": 1, "verb": "list", "resource": "configmaps", "code": 503},
         {"rate": 1, "verb": "watch", "resource": "configmaps", "code": 503}]})
-    await eventually(lambda: kube.metrics.api_requests.value("list", "503") >= 1)
+    await eventually(lambda: sample(kube.metrics.registry, "sedna_gm_api_requests_total", verb="list", code="503") >= 1)
     await kube.delete(CONFIGMAPS, "goes", namespace=NS)
     await kube.patch(CONFIGMAPS, "stays", {"data": {"v": "2"}}, namespace=NS)
     await kube.create(CONFIGMAPS, cm("new", {"v": "1"}), namespace=NS)
@@ -200,7 +201,7 @@ async def test_factory_shares_informers_and_serves_cache(kube):
             await late.wait_synced()
     finally:
         await factory.stop()
-    assert kube.metrics.informer_lists.value(str(CONFIGMAPS)) == 2
+    assert sample(kube.metrics.registry, "sedna_gm_informer_lists_total", resource=str(CONFIGMAPS)) == 2
 
 
 @pytest.mark.expect_log_errors(r"task ended, failing the process")

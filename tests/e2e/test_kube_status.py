@@ -10,6 +10,7 @@ import pytest
 from gm.kube.apierrors import Conflict, NotFound
 from gm.kube.informer import InformerFactory
 from gm.kube.statuswriter import StatusWriter
+from shared.metrics import sample
 from tests.conftest import eventually
 from tests.e2e.test_kube_client import NS, ensure_widget_crd, widget
 
@@ -62,11 +63,11 @@ async def test_concurrent_writers_lose_nothing(kube, widgets):
 
 async def test_no_change_writes_nothing(kube, widgets):
     await put_status(kube, widgets, {"phase": "Running"})
-    before = kube.metrics.api_requests.value("update", "200")
+    before = sample(kube.metrics.registry, "sedna_gm_api_requests_total", verb="update", code="200")
     writer = StatusWriter(kube)
     result = await writer.update(widgets, NS, "w", lambda s: s.update(phase="Running"))
     assert not result.written and result.attempts == 0
-    assert kube.metrics.api_requests.value("update", "200") == before
+    assert sample(kube.metrics.registry, "sedna_gm_api_requests_total", verb="update", code="200") == before
 
 
 async def test_mutation_may_return_a_new_status(kube, widgets):

@@ -36,6 +36,7 @@ from tests.linkrig import (
     serving,
     stored,
 )
+from tests.scrape import labelled, value
 
 
 @pytest.fixture
@@ -102,8 +103,8 @@ async def test_lc_with_link_factory_stores_the_snapshot_and_forgets_stale_object
                 assert (resp.status, (await resp.json())["link"]) == (200, "connected")
             async with http.get(f"{base}/metrics") as resp:
                 text = await resp.text()
-        assert "sedna_lc_link_connected 1" in text
-        assert 'sedna_lc_link_mode{mode="native"} 1' in text
+        assert value(text, "sedna_lc_link_connected") == 1
+        assert labelled(text, "sedna_lc_link_mode", "mode") == {"native": 1, "upstream": 0}
     finally:
         await controller.stop()
     assert controller.link.state == "stopped"

@@ -625,6 +625,20 @@ async def test_forget_node_closes_its_session(make_hub: HubFactory, http: aiohtt
     hub.forget_node(NODE)
     assert await recv_close(ws) == (proto.CLOSE_GOING_AWAY, "node removed")
     await eventually(lambda: hub.connected_nodes() == [], "session gone")
+    assert hub.departed() == {}  # forgotten: no trace left for /metrics
+
+
+async def test_a_departed_node_is_remembered_for_a_while(make_hub: HubFactory, http: aiohttp.ClientSession) -> None:
+    hub, url = await make_hub(departed_retention=0.2)
+    ws = await connect(http, url)
+    await read_snapshot(ws)
+    [view] = hub.sessions()
+    assert (view.node, view.mode, view.pending, view.acked_seq) == (NODE, "native", 0, 0)
+    await ws.close()
+    await eventually(lambda: hub.connected_nodes() == [], "session gone")
+    assert list(hub.departed()) == [NODE] and hub.sessions() == []
+    assert hub.departed()[NODE] == pytest.approx(view.last_frame, abs=1.0)
+    await eventually(lambda: hub.departed() == {}, "departure forgotten after the retention")
 
 
 @pytest.mark.parametrize(("ping", "dead"), [(30.0, 30.0), (0.0, 1.0), (5.0, 1.0)])

@@ -21,7 +21,9 @@ from typing import Any
 
 import pytest
 
+from shared.metrics import sample
 from tests.conftest import eventually
+from tests.scrape import labelled, value
 from tests.unit.test_lc_support import running_lc, session
 
 REPORT = {"name": "w1", "namespace": "default", "ownerName": "ji",
@@ -92,7 +94,7 @@ async def test_reports_the_gm_would_refuse_are_400(tmp_path: Path, body: str, me
         assert (status, reply["Status"]) == (400, 400)
         assert "cannot be relayed to the GM" in reply["Message"] and message in reply["Message"]
         assert await lc.store.pending() == [] and await lc.store.workers() == []
-        assert lc.metrics.reports_rejected.value("limits") == 1
+        assert sample(lc.metrics.registry, "sedna_lc_reports_rejected_total", reason="limits") == 1
 
 
 @pytest.mark.parametrize("depth", [255, 1024, 1025, 5000])
@@ -132,7 +134,7 @@ async def test_report_whose_status_would_exceed_the_object_size_is_413(
             assert "bytes of JSON into the status" in reply["Message"]
             assert await lc.store.pending() == [] and await lc.store.workers() == []
             assert lc.store.outbox_size == 0
-            assert lc.metrics.reports_rejected.value("status_too_large") == 1
+            assert sample(lc.metrics.registry, "sedna_lc_reports_rejected_total", reason="status_too_large") == 1
         else:
             assert [e.name for e in await lc.store.pending()] == ["ji"]
 
@@ -245,9 +247,8 @@ async def test_dead_letters_endpoint_and_metrics(tmp_path: Path) -> None:
             (second, "unsendable", "too deep", {"n": 2}), (first, "refused", "not assigned", {"n": 1})]
         assert [d["seq"] for d in one["deadLetters"]] == [second]
         assert bad[0] == 400 and bad[1]["Status"] == 400
-        assert 'sedna_lc_dead_letters{reason="refused"} 1' in text
-        assert 'sedna_lc_dead_letters{reason="unsendable"} 1' in text
-        assert 'sedna_lc_dead_letters{reason="protocol"} 0' in text
+        assert labelled(text, "sedna_lc_dead_letters", "reason") == {
+            "refused": 1, "unsendable": 1, "protocol": 0}
 
 
 async def test_dead_letters_survive_a_restart(tmp_path: Path) -> None:
@@ -333,7 +334,7 @@ async def test_reports_of_unknown_owners_are_capped_in_bytes(tmp_path: Path) -> 
                            ownerInfo={"pad": "x" * 400_000})
             assert (await _post(base, body, worker=f"w{i}"))[0] == 200
         assert await _workers(base) == ["w3", "w4"]
-        assert 'sedna_lc_store_dropped_total{record="unknown_owner"} 3' in await _metrics(base)
+        assert value(await _metrics(base), "sedna_lc_store_dropped_total", record="unknown_owner") == 3
 
 
 def test_storage_bounds_are_configured() -> None:
@@ -442,7 +443,7 @@ async def _leave_mid_body(port: int, lc: Any, data: bytes, *, reset: bool) -> No
     _, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(data)
     await writer.drain()
-    await eventually(lambda: lc.metrics.reports_in_flight.value() == 1,
+    await eventually(lambda: sample(lc.metrics.registry, "sedna_lc_reports_in_flight") == 1,
                      message="the report's handler reading the body")
     if reset:
         sock = writer.get_extra_info("socket")
@@ -460,7 +461,7 @@ async def test_a_client_gone_mid_body_is_one_info_line(tmp_path: Path, caplog, h
     caplog.set_level("DEBUG")  # aiohttp's own loggers included
     async with running_lc(tmp_path) as (lc, base):
         await _leave_mid_body(lc.port, lc, head + sent, reset=True)
-        await eventually(lambda: lc.metrics.clients_gone.value() == 1,
+        await eventually(lambda: sample(lc.metrics.registry, "sedna_lc_clients_gone_total") == 1,
                          message="the client's departure counted")
         assert (await _post(base, _report()))[0] == 200  # the next client is served
     gone = [r for r in caplog.records if r.getMessage() == "client went away"]
@@ -477,8 +478,8 @@ async def test_a_client_that_stops_sending_mid_body_is_one_info_line(
     caplog.set_level("DEBUG")
     async with running_lc(tmp_path) as (lc, base):
         await _leave_mid_body(lc.port, lc, head + sent, reset=False)
-        await eventually(lambda: lc.metrics.clients_gone.value()
-                         + lc.metrics.reports_rejected.value("bad_encoding") == 1,
+        await eventually(lambda: sample(lc.metrics.registry, "sedna_lc_clients_gone_total")
+                         + sample(lc.metrics.registry, "sedna_lc_reports_rejected_total", reason="bad_encoding") == 1,
                          message="the unfinished body counted")
         assert (await _post(base, _report()))[0] == 200
     lines = [(r.name, r.levelname, r.getMessage()) for r in caplog.records

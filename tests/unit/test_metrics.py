@@ -1,31 +1,74 @@
-from shared.metrics import Registry
+"""The services' metrics registries (shared/metrics.py) and the LC's /metrics page: every family
+docs/metrics.md lists is on a fresh LC's page, the page parses, and registries keep apart."""
+
+from __future__ import annotations
+
+import platform
+import re
+from importlib import metadata
+from pathlib import Path
+
+from lc.app import LocalController
+from lc.config import load
+from lc.link.dialer import link_factory
+from lc.metrics import LCMetrics
+from shared.metrics import CONTENT_TYPE, render, sample, service_registry
+from tests.scrape import families, labelled, samples, value
+from tests.unit.test_lc_support import session
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 
-def test_render_counter_gauge_histogram():
-    reg = Registry()
-    c = reg.counter("reqs_total", "Requests.", ["verb", "code"])
-    c.inc("GET", "200")
-    c.inc("GET", "200")
-    c.inc("PUT", "409")
-    g = reg.gauge("depth", "Queue depth.", fn=lambda: 4)
-    h = reg.histogram("lat_seconds", "Latency.", ["c"], buckets=(0.1, 1.0))
-    h.observe(0.1, "ji")
-    h.observe(0.5, "ji")
-    h.observe(3, "ji")
-    text = reg.render()
-    assert 'reqs_total{verb="GET",code="200"} 2' in text
-    assert 'reqs_total{verb="PUT",code="409"} 1' in text
-    assert "depth 4" in text
-    assert 'lat_seconds_bucket{c="ji",le="0.1"} 1' in text
-    assert 'lat_seconds_bucket{c="ji",le="1"} 2' in text
-    assert 'lat_seconds_bucket{c="ji",le="+Inf"} 3' in text
-    assert 'lat_seconds_count{c="ji"} 3' in text
-    assert 'lat_seconds_sum{c="ji"} 3.6' in text
-    assert g.value() == 4
-    assert h.count("ji") == 3
+def documented(prefix: str) -> dict[str, str]:
+    """The families docs/metrics.md lists whose names start with `prefix`: name -> type."""
+    rows = re.findall(r"^\| `([a-z_]+)` \| (\w+) \|", DOC.read_text(encoding="utf-8"), re.M)
+    return {name: kind for name, kind in rows if name.startswith(prefix)}
 
 
-def test_label_values_are_escaped():
-    reg = Registry()
-    reg.counter("x_total", "X.", ["k"]).inc('a"b\n')
-    assert 'x_total{k="a\\"b\\n"} 1' in reg.render()
+def test_a_service_registry_has_the_process_platform_and_build_info_families() -> None:
+    text = render(service_registry("gm")).decode()
+    found = families(text)
+    assert {name: found.get(name) for name in documented("process_")} == documented("process_")
+    assert found["python_info"] == "gauge"
+    assert value(text, "sedna_build_info", service="gm", version=metadata.version("sedna-py"),
+                 python=platform.python_version()) == 1
+
+
+def test_each_lc_has_its_own_registry() -> None:
+    one, other = LCMetrics(), LCMetrics()
+    one.reports_accepted.labels("forwarded").inc()
+    assert sample(one.registry, "sedna_lc_reports_accepted_total", route="forwarded") == 1
+    assert sample(other.registry, "sedna_lc_reports_accepted_total", route="forwarded") == 0
+
+
+async def test_a_fresh_lc_shows_every_documented_family(tmp_path: Path) -> None:
+    rootfs = tmp_path / "rootfs"
+    rootfs.mkdir()
+    config = load({"ROOTFS_MOUNT_DIR": str(rootfs), "LC_DB_PATH": str(tmp_path / "lc.db"),
+                   "BIND_PORT": "0", "BIND_ADDRESS": "127.0.0.1", "NODENAME": "edge-1",
+                   "GM_ADDRESS": "127.0.0.1:9"})  # nobody there: the link keeps dialing
+    lc = LocalController(config, link_factory=link_factory)
+    await lc.start()
+    try:
+        async with session() as http, http.get(f"http://127.0.0.1:{lc.port}/metrics") as resp:
+            assert resp.headers["Content-Type"] == CONTENT_TYPE
+            text = await resp.text()
+    finally:
+        await lc.stop()
+    found = families(text)
+    ours = {name: kind for name, kind in found.items() if name.startswith("sedna_lc_")}
+    assert ours == documented("sedna_lc_")
+    assert labelled(text, "sedna_lc_reports_accepted_total", "route") == {
+        "forwarded": 0, "ignored": 0, "unrouted": 0}
+    assert labelled(text, "sedna_lc_store_dropped_total", "record") == {
+        "unknown_owner": 0, "worker": 0, "dead_letter": 0, "outbox_covered": 0}
+    assert labelled(text, "sedna_lc_dead_letters", "reason") == {
+        "refused": 0, "unsendable": 0, "protocol": 0}
+    assert labelled(text, "sedna_lc_link_reports_total", "outcome") == dict.fromkeys(
+        ("sent", "resent", "acked", "refused", "dropped", "covered"), 0)
+    assert value(text, "sedna_lc_outbox_size") == 0
+    assert value(text, "sedna_lc_link_connected") == 0
+    assert value(text, "sedna_lc_report_seconds_count") == 0
+    assert value(text, "sedna_build_info", service="lc", version=metadata.version("sedna-py"),
+                 python=platform.python_version()) == 1
+    assert not [s for s in samples(text) if s.name.endswith("_created")]

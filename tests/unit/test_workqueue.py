@@ -10,6 +10,7 @@ import pytest
 from gm.kube.metrics import KubeMetrics
 from gm.kube.ratelimit import ItemExponentialFailureRateLimiter
 from gm.kube.workqueue import SHUTDOWN, WorkQueue
+from shared.metrics import sample
 from tests.conftest import eventually
 
 
@@ -207,10 +208,10 @@ async def test_metrics_track_depth_adds_and_retries():
     q.add("a")
     q.add("a")
     q.add("b")
-    assert m.queue_depth.value("jobs") == 2
-    assert m.queue_adds.value("jobs") == 2
+    assert sample(m.registry, "sedna_gm_workqueue_depth", name="jobs") == 2
+    assert sample(m.registry, "sedna_gm_workqueue_adds_total", name="jobs") == 2
     await get_now(q)
-    assert m.queue_depth.value("jobs") == 1
+    assert sample(m.registry, "sedna_gm_workqueue_depth", name="jobs") == 1
     q.add_rate_limited("a")
-    assert m.queue_retries.value("jobs") == 1
+    assert sample(m.registry, "sedna_gm_workqueue_retries_total", name="jobs") == 1
 
