@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Iterable
-from importlib import metadata
 
 from prometheus_client import (
     CollectorRegistry,
@@ -27,10 +26,11 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from shared.version import package_version
+
 disable_created_metrics()
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-DISTRIBUTION = "sedna-py"
 PREFIX = "sedna_"
 SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 """Buckets of the latency histograms: from a millisecond, where the report path lives."""
@@ -57,19 +57,11 @@ def sample(registry: CollectorRegistry, name: str, /, **labels: str) -> float:
     return 0.0 if value is None else value
 
 
-def version() -> str:
-    """The installed distribution's version ("unknown" when run from a bare checkout)."""
-    try:
-        return metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
 class BuildInfo(Collector):
     """`sedna_build_info{service, version, python} 1`: what runs, for joins and upgrades."""
 
     def __init__(self, service: str) -> None:
-        self.labels = {"service": service, "version": version(),
+        self.labels = {"service": service, "version": package_version(),
                        "python": platform.python_version()}
 
     def collect(self) -> Iterable[Metric]:
