@@ -1,16 +1,14 @@
-"""The in-memory store: objects, the global resourceVersion, change history and the verbs.
+"""The in-memory store's write verbs: create, update, patch (apply included), scale, and the
+helpers in-process controllers write through (mutate, bind, record_event).
 
 Every verb runs the API semantics of spec §4-§6 synchronously, then commits: one commit =
-one RV bump = one event, delivered to watchers and listeners inside the write. Stored
-objects are immutable (a write builds a new dict), so reads return them without copying
-and their JSON encoding is cached until they are replaced.
+one RV bump = one event, delivered to watchers and listeners inside the write. The state,
+commits and reads are `ObjectStore`'s (objects.py), the delete verbs `DeleteVerbs`'
+(deletion.py); `Store` is the whole.
 """
 
 from __future__ import annotations
 
-import bisect
-import logging
-import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,161 +21,40 @@ from devcluster.machinery.errors import (
     already_exists,
     bad_request,
     conflict,
-    expired,
     forbidden_object,
     invalid,
     not_found,
-    timeout,
-    too_old,
     unsupported_media,
 )
-from devcluster.machinery.objmeta import generated_name, micro_time, new_uid, rfc3339
+from devcluster.machinery.objmeta import generated_name, new_uid, rfc3339
 from devcluster.machinery.resource import ResourceType
-from devcluster.machinery.selectors import LabelSelector, parse_field_selector, parse_label_selector
 from devcluster.storage import managedfields
-from devcluster.storage.allocator import AllocationError, ServiceAllocator
+from devcluster.storage.allocator import AllocationError
 from devcluster.storage.apply import server_side_apply
-from devcluster.storage.history import History
-from devcluster.storage.pager import Page, Pager
+from devcluster.storage.deletion import DeleteVerbs
+from devcluster.storage.objects import CRD_KEY, EVENT_KEY, NS_KEY, POD_KEY, SERVICE_KEY
 from devcluster.storage.patch import json_patch, merge_patch, strategic_merge_patch
 from devcluster.storage.registry import Registry
-from devcluster.storage.watch import Watch, WatchEvent, _with_rv
 from devcluster.strategy import crds, rules
 from devcluster.strategy.defaults import admit_pod, sync_app_armor
 from devcluster.strategy.dispatch import apply_builtin_defaults, initial_status, validate_object
 
-log = logging.getLogger("devcluster.store")
-
-Key = tuple[str, str]  # (namespace or "", name)
-Listener = Callable[[WatchEvent], None]
-
 INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-NS_KEY = ("", "namespaces")
-CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
-SERVICE_KEY = ("", "services")
-POD_KEY = ("", "pods")
-EVENT_KEY = ("", "events")
-# a delete that removes one of these at once answers with the object, not a Status
-_RETURN_DELETED = frozenset({POD_KEY, SERVICE_KEY, ("", "serviceaccounts")})
 _STRATEGIC_415 = ("the body of the request was in an unknown format - accepted media types include: "
                   "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml")
 _MAX_EVENT_INDEX = 50_000
 
 
-def _copy(obj: Any) -> Any:
-    """A deep copy of JSON data (orjson round trip: faster than copy.deepcopy)."""
-    return orjson.loads(orjson.dumps(obj))
-
-
-class Store:
+class Store(DeleteVerbs):
     """All objects of the dev cluster and the API verbs over them (see devcluster/README.md)."""
 
-    def __init__(self, registry: Registry | None = None, *, history_limit: int = 50_000,
-                 history_window: float = 300.0, bookmark_interval: float = 30.0,
-                 watch_timeout: float = 1800.0, continue_ttl: float = 300.0, start_rv: int = 1000,
-                 seed: int | None = None, clock: Callable[[], float] = time.time) -> None:
-        self.registry = registry or Registry.with_builtins()
-        # the admission steps (devcluster/admission.py) every write goes through; None = none, as a
-        # bare store for unit tests (DevCluster installs them)
-        self.admission: Any = None
-        self.rv = start_rv  # the global counter: +1 per persisted write
-        self.bookmark_interval = bookmark_interval
-        self.watch_timeout = watch_timeout
-        self._clock = clock
-        self._rng = random.Random(seed)
-        # (group, resource) -> {(namespace, name): stored object}
-        self._objects: dict[tuple[str, str], dict[Key, dict[str, Any]]] = {}
-        self._sorted: dict[tuple[str, str], list[Key]] = {}  # sorted keys per bucket, kept in step with it
-        self._ns_counts: dict[str, int] = {}  # namespace -> number of namespaced objects in it
-        # (group, resource, controller uid or "") -> keys of the objects it controls ("" = no controller);
-        # kept in step with the buckets so controllers find their children without scanning
-        self._controlled: dict[tuple[str, str, str], dict[Key, None]] = {}
-        self._watchers: dict[tuple[str, str], set[Watch]] = {}
-        self._listeners: list[Listener] = []
-        self._history = History(limit=history_limit, window=history_window, start_rv=start_rv)
-        self._pager = Pager(ttl=continue_ttl)
-        self._services = ServiceAllocator()
-        self._event_index: dict[tuple[str, str, str, str], Key] = {}
-        self._encoded: dict[int, tuple[dict[str, Any], bytes]] = {}  # id(stored obj) -> (obj, JSON)
+    def __init__(self, registry: Registry | None = None, **options: Any) -> None:
+        """`options` as `ObjectStore` takes them; the store starts with the initial namespaces."""
+        super().__init__(registry, **options)
         ns_rt = self.registry.for_resource(*NS_KEY)
         assert ns_rt is not None
         for name in INITIAL_NAMESPACES:
             self.create(ns_rt, None, {"metadata": {"name": name}})
-
-    # -- reads ---------------------------------------------------------------------------------
-
-    def get(self, rt: ResourceType, namespace: str | None, name: str) -> dict[str, Any]:
-        """The stored object (shared: do not mutate); ApiError 404 when absent."""
-        obj = self._bucket(rt).get((self._ns(rt, namespace), name))
-        if obj is None:
-            raise not_found(rt.resource, rt.group, name)
-        return obj
-
-    def controlled_by(self, rt: ResourceType, uid: str | None,
-                      namespace: str | None = None) -> list[dict[str, Any]]:
-        """Objects of `rt` whose controller ownerReference has `uid`; `uid=None` gives the
-        objects without a controller (adoption candidates). Shared: do not mutate."""
-        keys = self._controlled.get((*rt.key, uid or ""), {})
-        bucket = self._bucket(rt)
-        return [bucket[k] for k in keys if namespace is None or k[0] == namespace]
-
-    def list(self, rt: ResourceType, namespace: str | None, *, label_selector: Any = None,
-             field_selector: Any = None) -> tuple[list[dict[str, Any]], int]:
-        """Matching objects sorted by namespace then name, and the snapshot RV."""
-        match = self._matcher(rt, None, label_selector, field_selector)
-        items = [o for o in self._scan(rt, namespace) if match(o)]
-        return items, self.rv
-
-    def list_page(self, rt: ResourceType, namespace: str | None, *, label_selector: Any = None,
-                  field_selector: Any = None, limit: int | None = None, continue_token: str | None = None,
-                  resource_version: str | None = None, resource_version_match: str | None = None) -> Page:
-        """LIST with pagination and resourceVersion semantics (spec §5.2)."""
-        if continue_token:
-            return self._pager.next(continue_token, limit)
-        self._check_list_rv(resource_version, resource_version_match)
-        items, rv = self.list(rt, namespace, label_selector=label_selector, field_selector=field_selector)
-        return self._pager.first(items, rv, limit)
-
-    def _check_list_rv(self, resource_version: str | None, match: str | None) -> None:
-        rv = _parse_rv(resource_version)
-        if match not in (None, "", "NotOlderThan", "Exact"):
-            raise bad_request(f'resourceVersionMatch: Unsupported value: "{match}"')
-        if match and rv is None:
-            raise bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided")
-        if rv is None:
-            return
-        if rv > self.rv:
-            raise timeout(f"Too large resource version: {rv}, current: {self.rv}")
-        if match == "Exact" and rv != self.rv:
-            if rv <= self._history.compacted:
-                raise too_old(rv, self._history.compacted + 1)
-            raise expired(f"resource version {rv} is not the current state ({self.rv}); "
-                          "this server only serves exact lists of the current state")
-
-    def _scan(self, rt: ResourceType, namespace: str | None) -> list[dict[str, Any]]:
-        bucket = self._bucket(rt)
-        keys = self._sorted.get(rt.key)
-        if keys is None:
-            keys = self._sorted[rt.key] = sorted(bucket)
-        if namespace and rt.namespaced:
-            lo = bisect.bisect_left(keys, (namespace, ""))
-            hi = bisect.bisect_left(keys, (namespace + "\x00", ""))
-            keys = keys[lo:hi]
-        return [bucket[k] for k in keys]
-
-    def encode(self, obj: dict[str, Any], rt: ResourceType | None = None) -> bytes:
-        """JSON of an object; cached while `obj` is the stored version (lists, watch fan-out)."""
-        hit = self._encoded.get(id(obj))
-        if hit is not None and hit[0] is obj:
-            return hit[1]
-        data = orjson.dumps(obj)
-        if rt is not None and self._is_current(rt, obj):
-            self._encoded[id(obj)] = (obj, data)
-        return data
-
-    def _is_current(self, rt: ResourceType, obj: dict[str, Any]) -> bool:
-        m = obj.get("metadata") or {}
-        return self._bucket(rt).get((m.get("namespace", ""), m.get("name", ""))) is obj
 
     # -- create --------------------------------------------------------------------------------
 
@@ -460,190 +337,6 @@ class Store:
         obj = _copy(server_side_apply(rt, None, obj, manager=manager, force=False, now=self._clock()))
         return self.create(rt, ns or None, obj, dry_run=dry_run, warnings=warnings)
 
-    # -- delete --------------------------------------------------------------------------------
-
-    def delete(self, rt: ResourceType, namespace: str | None, name: str, propagation: str | None = None,
-               grace_period: int | None = None, preconditions: dict[str, Any] | None = None, *,
-               orphan_dependents: bool | None = None, dry_run: bool = False) -> dict[str, Any]:
-        """DELETE semantics (spec §5.6): the marked object, the removed pod, or a success Status."""
-        ns = self._ns(rt, namespace)
-        old = self.get(rt, ns, name)
-        self._check_preconditions(rt, old, preconditions)
-        propagation = rules.propagation_of(propagation, orphan_dependents)
-        om = old["metadata"]
-        finalizers = rules.gc_finalizers(om.get("finalizers") or [], propagation)
-        grace = self._grace(rt, old, grace_period)
-        if finalizers or grace > 0 or self._removal_blocked(rt, old):
-            return self._mark_deleting(rt, old, finalizers, grace, dry_run)
-        # a running pod deleted with no grace is marked (timestamp now, grace 0) and removed at once:
-        # the answer is the marked pod
-        last = _marked_now(old, self._clock()) if rt.key == POD_KEY and self._graceful(old) else old
-        if dry_run:
-            return last if rt.key in _RETURN_DELETED else _success(rt, old)
-        last = self._remove(rt, old, last)
-        return last if rt.key in _RETURN_DELETED else _success(rt, old)
-
-    def _check_preconditions(self, rt: ResourceType, old: dict[str, Any], pre: dict[str, Any] | None) -> None:
-        if not pre:
-            return
-        om = old["metadata"]
-        uid, rv = pre.get("uid"), pre.get("resourceVersion")
-        if uid and uid != om["uid"]:
-            raise conflict(rt.resource, rt.group, om["name"],
-                           f"Precondition failed: UID in precondition: {uid}, UID in object meta: {om['uid']}")
-        if rv and str(rv) != om["resourceVersion"]:
-            raise conflict(rt.resource, rt.group, om["name"],
-                           f"Precondition failed: ResourceVersion in precondition: {rv}, "
-                           f"ResourceVersion in object meta: {om['resourceVersion']}")
-
-    def _grace(self, rt: ResourceType, obj: dict[str, Any], requested: int | None) -> int:
-        """Pods only: requested, else terminationGracePeriodSeconds, else 30; 0 if unscheduled or done."""
-        if rt.key != POD_KEY:
-            return 0
-        spec = obj.get("spec") or {}
-        grace = requested if requested is not None else spec.get("terminationGracePeriodSeconds", 30)
-        grace = 1 if grace < 0 else int(grace)
-        return grace if self._graceful(obj) else 0
-
-    @staticmethod
-    def _graceful(pod: dict[str, Any]) -> bool:
-        """Whether a pod's deletion is graceful at all: scheduled and not done."""
-        phase = (pod.get("status") or {}).get("phase")
-        return bool((pod.get("spec") or {}).get("nodeName")) and phase not in ("Succeeded", "Failed")
-
-    def _mark_deleting(self, rt: ResourceType, old: dict[str, Any], finalizers: list[str], grace: int,
-                       dry_run: bool) -> dict[str, Any]:
-        om = old["metadata"]
-        new = dict(old)
-        m = new["metadata"] = dict(om)
-        now = self._clock()
-        if finalizers:
-            m["finalizers"] = finalizers
-        else:
-            m.pop("finalizers", None)
-        if not om.get("deletionTimestamp"):
-            m["deletionTimestamp"] = rfc3339(now + grace)
-            if rt.key != NS_KEY:  # a namespace's own delete sets the timestamp only
-                m["deletionGracePeriodSeconds"] = grace
-            if m.get("generation"):
-                m["generation"] += 1
-            self._mark_status(rt, new, now)
-        elif grace < om.get("deletionGracePeriodSeconds", 0):
-            m["deletionTimestamp"] = rfc3339(now + grace)
-            m["deletionGracePeriodSeconds"] = grace
-        m["resourceVersion"] = om["resourceVersion"]
-        if rules.same_content(old, new) or dry_run:
-            return new if dry_run else old
-        if self._removable(rt, new):
-            return self._remove(rt, old, new)
-        stored = self._commit(rt, "MODIFIED", new, old)
-        self._drain(rt, stored)
-        return self.get(rt, om.get("namespace"), om["name"]) if self._exists(rt, stored) else stored
-
-    def _mark_status(self, rt: ResourceType, new: dict[str, Any], now: float) -> None:
-        if rt.key == NS_KEY:
-            new["status"] = {**(new.get("status") or {}), "phase": "Terminating"}
-        elif rt.key == CRD_KEY:
-            new["status"] = crds.terminating_condition(new.get("status") or {}, now)
-
-    def delete_collection(self, rt: ResourceType, namespace: str | None, *, label_selector: Any = None,
-                          field_selector: Any = None, propagation: str | None = None,
-                          grace_period: int | None = None, dry_run: bool = False) -> list[dict[str, Any]]:
-        """DELETE on a collection (spec §5.7): the affected objects, each as deleted or marked."""
-        items, _ = self.list(rt, namespace, label_selector=label_selector, field_selector=field_selector)
-        out = []
-        for obj in items:
-            m = obj["metadata"]
-            try:
-                res = self.delete(rt, m.get("namespace"), m["name"], propagation, grace_period, dry_run=dry_run)
-            except ApiError as err:
-                if err.code != 404:  # removed meanwhile by a cascade
-                    raise
-                continue
-            out.append(obj if res.get("kind") == "Status" else res)
-        return out
-
-    # -- removal and cascades ------------------------------------------------------------------
-
-    def _removable(self, rt: ResourceType, obj: dict[str, Any]) -> bool:
-        m = obj["metadata"]
-        return (bool(m.get("deletionTimestamp")) and not m.get("finalizers")
-                and not m.get("deletionGracePeriodSeconds") and not self._removal_blocked(rt, obj))
-
-    def _removal_blocked(self, rt: ResourceType, obj: dict[str, Any]) -> bool:
-        """Namespaces and CRDs stay until their contents are gone."""
-        if rt.key == NS_KEY:
-            return self._namespace_has_content(obj["metadata"]["name"])
-        if rt.key == CRD_KEY:
-            spec = obj.get("spec") or {}
-            return bool(self._objects.get((spec.get("group", ""), (spec.get("names") or {}).get("plural", ""))))
-        return False
-
-    def _namespace_has_content(self, ns: str) -> bool:
-        return self._ns_counts.get(ns, 0) > 0
-
-    def _drain(self, rt: ResourceType, obj: dict[str, Any]) -> None:
-        """After marking a namespace or CRD for deletion, delete what it contains."""
-        if rt.key == NS_KEY:
-            self._delete_namespace_content(obj["metadata"]["name"])
-        elif rt.key == CRD_KEY:
-            self._delete_crd_instances(obj)
-        self._finalize_container(rt, obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
-
-    def _delete_namespace_content(self, ns: str) -> None:
-        for rt in self._storage_types():
-            if rt.namespaced and self._objects.get(rt.key):
-                self.delete_collection(rt, ns, propagation="Background")
-
-    def _delete_crd_instances(self, crd: dict[str, Any]) -> None:
-        spec = crd.get("spec") or {}
-        rt = self.registry.for_resource(spec.get("group", ""), (spec.get("names") or {}).get("plural", ""))
-        if rt is not None:
-            self.delete_collection(rt, None, propagation="Background")
-
-    def _finalize_container(self, rt: ResourceType, ns: str, name: str) -> None:
-        """Remove a terminating namespace or CRD once its contents are gone."""
-        obj = self._bucket(rt).get((ns, name))
-        if obj is not None and self._removable(rt, obj):
-            self._remove(rt, obj, obj)
-
-    def _remove(self, rt: ResourceType, old: dict[str, Any], last: dict[str, Any]) -> dict[str, Any]:
-        """Delete from storage: one RV, one DELETED event carrying the last state."""
-        m = last["metadata"]
-        key = (m.get("namespace", ""), m["name"])
-        self.rv += 1
-        gone = _with_rv(last, self.rv)
-        del self._bucket(rt)[key]
-        self._index_remove(rt, key)
-        self._control_remove(rt, key, old)
-        self._encoded.pop(id(old), None)
-        self._emit(WatchEvent("DELETED", rt, gone, old, self.rv, self._clock()))
-        self._after_remove(rt, gone)
-        return gone
-
-    def _after_remove(self, rt: ResourceType, obj: dict[str, Any]) -> None:
-        m = obj["metadata"]
-        if rt.key == SERVICE_KEY:
-            self._services.release(obj)
-        elif rt.key == CRD_KEY:
-            self.registry.unregister_crd(obj)
-        if rt.namespaced:
-            ns_rt = self.registry.for_resource(*NS_KEY)
-            assert ns_rt is not None
-            ns_obj = self._objects[NS_KEY].get(("", m.get("namespace", "")))
-            if ns_obj is not None and ns_obj["metadata"].get("deletionTimestamp"):
-                self._finalize_container(ns_rt, "", ns_obj["metadata"]["name"])
-        if rt.crd:
-            crd_rt = self.registry.for_resource(*CRD_KEY)
-            assert crd_rt is not None
-            crd = self._objects.get(CRD_KEY, {}).get(("", crds.crd_name(rt)))
-            if crd is not None and crd["metadata"].get("deletionTimestamp"):
-                self._finalize_container(crd_rt, "", crd["metadata"]["name"])
-
-    def _exists(self, rt: ResourceType, obj: dict[str, Any]) -> bool:
-        m = obj["metadata"]
-        return (m.get("namespace", ""), m["name"]) in self._bucket(rt)
-
     # -- controller helpers --------------------------------------------------------------------
 
     def mutate(self, rt: ResourceType, namespace: str | None, name: str, fn: Callable[[dict[str, Any]], Any],
@@ -696,132 +389,7 @@ class Store:
         self._event_index[index_key] = (ns, stored["metadata"]["name"])
         return stored
 
-    # -- watch, listeners, history -------------------------------------------------------------
-
-    def add_listener(self, callback: Listener) -> Callable[[], None]:
-        """Call `callback(event)` after every commit, synchronously; returns the unsubscribe."""
-        self._listeners.append(callback)
-
-        def unsubscribe() -> None:
-            if callback in self._listeners:
-                self._listeners.remove(callback)
-        return unsubscribe
-
-    def watch(self, rt: ResourceType, namespace: str | None = None, *, resource_version: str | None = None,
-              label_selector: Any = None, field_selector: Any = None, send_initial_events: bool | None = None,
-              allow_bookmarks: bool = False, timeout: float | None = None,
-              bookmark_interval: float | None = None) -> Watch:
-        """Open a watch (spec §6.2); snapshot and subscription happen in this one call."""
-        rv = _parse_rv(resource_version)
-        match = self._matcher(rt, namespace, label_selector, field_selector)
-        w = Watch(rt=rt, matches=match, current_rv=lambda: self.rv, on_close=self._unwatch,
-                  allow_bookmarks=allow_bookmarks, timeout=timeout,
-                  bookmark_interval=bookmark_interval or self.bookmark_interval)
-        initial = send_initial_events if send_initial_events is not None else rv is None
-        if initial:
-            for obj in self._scan(rt, namespace if rt.namespaced else None):
-                if match(obj):
-                    w.push(WatchEvent("ADDED", rt, obj, None, int(obj["metadata"]["resourceVersion"])))
-            if send_initial_events:
-                w.push(_initial_events_end(rt, self.rv))
-        elif rv is not None:
-            if self._history.too_old(rv):
-                w.fail(too_old(rv, self._history.compacted + 1))
-            else:
-                for ev in self._history.since(rv):
-                    if ev.rt.key == rt.key:
-                        w.offer(ev)
-        self._watchers.setdefault(rt.key, set()).add(w)
-        return w
-
-    def _unwatch(self, w: Watch) -> None:
-        self._watchers.get(w.rt.key, set()).discard(w)
-
-    def watcher_count(self, rt: ResourceType | None = None) -> int:
-        if rt is None:
-            return sum(len(s) for s in self._watchers.values())
-        return len(self._watchers.get(rt.key, ()))
-
-    def compact(self, rv: int | None = None) -> None:
-        """Test hook: forget history up to `rv` (default: the current RV)."""
-        self._history.compact(self.rv if rv is None else rv)
-
-    @property
-    def compacted(self) -> int:
-        return self._history.compacted
-
-    # -- state dump ----------------------------------------------------------------------------
-
-    def dump(self) -> bytes:
-        """The whole state as bytes (for `--state FILE`); history is not kept."""
-        objects = [[g, r, list(bucket.values())] for (g, r), bucket in self._objects.items()]
-        return orjson.dumps({"version": 1, "rv": self.rv, "objects": objects})
-
-    def load(self, data: bytes) -> None:
-        """Replace the whole state with a `dump()`; open watches end, listeners hear nothing."""
-        try:
-            state = orjson.loads(data)
-            rv, groups = int(state["rv"]), state["objects"]
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as err:
-            raise ValueError(f"not a devcluster state dump: {err}") from None
-        for watchers in list(self._watchers.values()):
-            for w in list(watchers):
-                w.close()
-        self._objects, self._sorted, self._encoded, self._event_index = {}, {}, {}, {}
-        self._ns_counts, self._controlled = {}, {}
-        for group, resource, items in groups:
-            bucket = self._objects[(group, resource)] = {}
-            for o in items:
-                ns = o["metadata"].get("namespace", "")
-                bucket[(ns, o["metadata"]["name"])] = o
-                self._controlled.setdefault((group, resource, _controller_uid(o)), {})[
-                    (ns, o["metadata"]["name"])] = None
-                if ns:
-                    self._ns_counts[ns] = self._ns_counts.get(ns, 0) + 1
-        for crd in self._objects.get(CRD_KEY, {}).values():
-            self.registry.register_crd(crd)
-        self._services.rebuild(self._objects.get(SERVICE_KEY, {}).values())
-        self.rv = rv
-        self._history.reset(rv)
-
-    # -- internals -----------------------------------------------------------------------------
-
-    def _bucket(self, rt: ResourceType) -> dict[Key, dict[str, Any]]:
-        bucket = self._objects.get(rt.key)
-        if bucket is None:
-            bucket = self._objects[rt.key] = {}
-        return bucket
-
-    def _ns(self, rt: ResourceType, namespace: str | None) -> str:
-        if not rt.namespaced:
-            return ""
-        if not namespace:
-            raise bad_request("a namespace is required for a namespaced resource")
-        return namespace
-
-    def _storage_types(self) -> list[ResourceType]:
-        seen: dict[tuple[str, str], ResourceType] = {}
-        for rt in self.registry.all():
-            if rt.key not in seen or rt.storage:
-                seen[rt.key] = rt
-        return list(seen.values())
-
-    def _matcher(self, rt: ResourceType, namespace: str | None, label_selector: Any,
-                 field_selector: Any) -> Callable[[dict[str, Any]], bool]:
-        labels = _label_selector(label_selector)
-        fields = parse_field_selector(field_selector, rt) if isinstance(field_selector, str) else field_selector
-        ns = namespace if namespace and rt.namespaced else None
-        if fields is not None and fields.empty:
-            fields = None
-
-        def match(obj: dict[str, Any]) -> bool:
-            m = obj["metadata"]
-            if ns is not None and m.get("namespace") != ns:
-                return False
-            if labels is not None and not labels.matches(m.get("labels")):
-                return False
-            return fields is None or fields.matches(obj)
-        return match
+    # -- write steps ---------------------------------------------------------------------------
 
     def _validate(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         errors = validate_object(rt, obj, old)
@@ -859,116 +427,19 @@ class Store:
         new["status"] = crds.crd_status(crd, crd.get("status"), self._clock())
         return self._commit(rt, "MODIFIED", new, crd)
 
-    def _commit(self, rt: ResourceType, type_: str, new: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
-        self.rv += 1
-        m = new["metadata"]
-        m["resourceVersion"] = str(self.rv)
-        bucket = self._bucket(rt)
-        key = (m.get("namespace", ""), m["name"])
-        if old is None:
-            self._index_add(rt, key)
-        else:
-            self._encoded.pop(id(old), None)
-            self._control_remove(rt, key, old)
-        self._control_add(rt, key, new)
-        bucket[key] = new
-        self._emit(WatchEvent(type_, rt, new, old, self.rv, self._clock()))
-        return new
 
-    def _index_add(self, rt: ResourceType, key: Key) -> None:
-        keys = self._sorted.get(rt.key)
-        if keys is not None:
-            bisect.insort(keys, key)
-        if rt.namespaced:
-            self._ns_counts[key[0]] = self._ns_counts.get(key[0], 0) + 1
-
-    def _index_remove(self, rt: ResourceType, key: Key) -> None:
-        keys = self._sorted.get(rt.key)
-        if keys is not None:
-            i = bisect.bisect_left(keys, key)
-            if i < len(keys) and keys[i] == key:
-                del keys[i]
-        if rt.namespaced:
-            self._ns_counts[key[0]] -= 1
-
-    def _control_add(self, rt: ResourceType, key: Key, obj: dict[str, Any]) -> None:
-        self._controlled.setdefault((*rt.key, _controller_uid(obj)), {})[key] = None
-
-    def _control_remove(self, rt: ResourceType, key: Key, obj: dict[str, Any]) -> None:
-        keys = self._controlled.get((*rt.key, _controller_uid(obj)))
-        if keys is not None:
-            keys.pop(key, None)
-
-    def _emit(self, ev: WatchEvent) -> None:
-        self._history.append(ev, ev.time)
-        for w in list(self._watchers.get(ev.rt.key, ())):
-            w.offer(ev)
-        for cb in list(self._listeners):
-            try:
-                cb(ev)
-            except Exception:  # a listener bug must not fail the write that already happened
-                log.exception("store listener failed event=%r", ev)
-
+def _copy(obj: Any) -> Any:
+    """A deep copy of JSON data (orjson round trip: faster than copy.deepcopy)."""
+    return orjson.loads(orjson.dumps(obj))
 
 def _same_ownership(old: dict[str, Any], new: dict[str, Any]) -> bool:
     """managedFields unchanged: a write that only hands fields over is still a write."""
     return old["metadata"].get("managedFields") == new["metadata"].get("managedFields")
 
-
-def _controller_uid(obj: dict[str, Any]) -> str:
-    for ref in obj["metadata"].get("ownerReferences") or ():
-        if isinstance(ref, dict) and ref.get("controller") and ref.get("uid"):
-            return str(ref["uid"])
-    return ""
-
-
 def invalid_patch() -> ApiError:
     return ApiError(422, "Invalid", "couldn't get version/kind; json parse error: "
                     "json: cannot unmarshal array into Go value of type struct "
                     "{ APIVersion string \"json:\\\"apiVersion,omitempty\\\"\"; Kind string \"json:\\\"kind,omitempty\\\"\" }")
-
-
-def _parse_rv(value: Any) -> int | None:
-    if value in (None, "", "0", 0):
-        return None
-    try:
-        rv = int(value)
-    except (TypeError, ValueError):
-        raise bad_request(f'resourceVersion: Invalid value: "{value}": strconv.ParseUint: parsing '
-                          f'"{value}": invalid syntax') from None
-    if rv < 0:
-        raise bad_request(f'resourceVersion: Invalid value: "{value}"')
-    return rv
-
-
-def _label_selector(sel: Any) -> LabelSelector | None:
-    parsed = parse_label_selector(sel) if isinstance(sel, str) else sel
-    if parsed is None or parsed.empty:
-        return None
-    return parsed
-
-
-def _marked_now(obj: dict[str, Any], now: float) -> dict[str, Any]:
-    """`obj` as a graceful delete with no grace leaves it for the moment before its removal."""
-    m = dict(obj["metadata"], deletionTimestamp=rfc3339(now), deletionGracePeriodSeconds=0)
-    if m.get("generation"):
-        m["generation"] += 1
-    return {**obj, "metadata": m}
-
-
-def _success(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
-    m = obj["metadata"]
-    details: dict[str, Any] = {"name": m["name"], "kind": rt.resource, "uid": m["uid"]}
-    if rt.group:
-        details["group"] = rt.group
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
-
-
-def _initial_events_end(rt: ResourceType, rv: int) -> WatchEvent:
-    obj = {"kind": rt.kind, "apiVersion": rt.api_version,
-           "metadata": {"resourceVersion": str(rv), "annotations": {"k8s.io/initial-events-end": "true"}}}
-    return WatchEvent("BOOKMARK", rt, obj, None, rv)
-
 
 def _keep_service_allocations(old: dict[str, Any], new: dict[str, Any]) -> None:
     """An update that omits clusterIP or nodePorts keeps the allocated ones."""
@@ -984,7 +455,6 @@ def _keep_service_allocations(old: dict[str, Any], new: dict[str, Any]) -> None:
             node_port = old_ports.get((p.get("port"), p.get("protocol", "TCP")))
             if node_port and spec.get("type") in ("NodePort", "LoadBalancer"):
                 p["nodePort"] = node_port
-
 
 def _new_event(involved: dict[str, Any], ns: str, reason: str, message: str, type_: str,
                component: str, action: str | None, now: float) -> dict[str, Any]:
@@ -1004,10 +474,6 @@ def _new_event(involved: dict[str, Any], ns: str, reason: str, message: str, typ
         ev["action"] = action
     return ev
 
-
 def _repeat_event(ev: dict[str, Any], now: float) -> None:
     ev["count"] = int(ev.get("count") or 1) + 1
     ev["lastTimestamp"] = rfc3339(now)
-
-
-__all__ = ["Store", "WatchEvent", "Watch", "Page", "micro_time"]
