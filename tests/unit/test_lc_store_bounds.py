@@ -263,7 +263,7 @@ async def test_a_schema_3_database_opens_and_is_bounded(tmp_path: Path, clock: C
         assert dead.body["bytes"] == len(orjson.dumps({"pad": "q" * 200_000}))
         assert await _usage(store) == await _sums(store)
         version = await store._read(lambda c: c.execute("PRAGMA user_version").fetchone()[0])
-        assert version == SCHEMA_VERSION == 5
+        assert version == SCHEMA_VERSION == 6
         await store.record_report(report("new", "ji"), routed_kind=JI, entries=[])
     finally:
         await store.close()
@@ -424,7 +424,7 @@ async def test_a_schema_4_outbox_is_sized_and_folded_when_opened(
         assert await _usage(store) == await _sums(store)
         assert await store.outbox_bytes() == sum(len(b.encode()) for b in bodies)
         version = await store._read(lambda c: c.execute("PRAGMA user_version").fetchone()[0])
-        assert version == SCHEMA_VERSION == 5
+        assert version == SCHEMA_VERSION == 6
     finally:
         await store.close()
     # opened again under a smaller cap: the covered report goes, nothing else
@@ -433,5 +433,43 @@ async def test_a_schema_4_outbox_is_sized_and_folded_when_opened(
         assert [e.body["n"] for e in await store.pending()] == [1, 2, 3]
         assert store.outbox_size == 3 and store.dropped == {"outbox_covered": 1}
         assert await _usage(store) == await _sums(store)
+    finally:
+        await store.close()
+
+
+OR_TRIGGER_5 = """
+DROP TRIGGER lc_workers_changed;
+CREATE TRIGGER lc_workers_changed AFTER UPDATE OF bytes, owner_known ON lc_workers BEGIN
+    UPDATE lc_usage SET records = records - 1, bytes = bytes - OLD.bytes
+     WHERE what = 'workers' OR (what = 'unknown_owner' AND OLD.owner_known = 0);
+    UPDATE lc_usage SET records = records + 1, bytes = bytes + NEW.bytes
+     WHERE what = 'workers' OR (what = 'unknown_owner' AND NEW.owner_known = 0);
+END;
+PRAGMA user_version = 5;
+"""
+
+
+async def test_a_schema_5_database_gets_the_worker_triggers_of_schema_6(
+        tmp_path: Path, clock: Clock) -> None:
+    store = await _open(tmp_path, clock)
+    await store.record_report(report("w", "nobody", 100), routed_kind=None, entries=[])
+    await store.close()
+    with sqlite3.connect(tmp_path / "lc.db") as conn:
+        conn.executescript(OR_TRIGGER_5)  # as schema 5 wrote it
+    store = await _open(tmp_path, clock)
+    try:
+        triggers = await store._read(lambda c: c.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND "
+            "tbl_name = 'lc_workers'").fetchall())
+        assert sorted(name for name, _ in triggers) == [
+            "lc_workers_added", "lc_workers_changed", "lc_workers_removed"]
+        assert not [name for name, sql in triggers if " OR " in sql]
+        await store.put_resource(JI, "default", "ji", {})
+        await store.record_report(report("w", "ji", 300), routed_kind=JI, entries=[])
+        await store.record_report(report("v", "nobody", 200), routed_kind=None, entries=[])
+        assert (await _usage(store))["unknown_owner"][0] == 1
+        assert await _usage(store) == await _sums(store)
+        version = await store._read(lambda c: c.execute("PRAGMA user_version").fetchone()[0])
+        assert version == SCHEMA_VERSION
     finally:
         await store.close()
