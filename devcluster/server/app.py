@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-import yaml
 from aiohttp import web
 
 from devcluster.auth import access, tokenreview
@@ -31,10 +30,9 @@ from devcluster.machinery.errors import (
     not_found,
     path_not_found,
     too_large,
-    too_old,
 )
 from devcluster.machinery.resource import ResourceType
-from devcluster.server import discovery, fieldvalidation, openapi, protobody
+from devcluster.server import decode, discovery, fieldvalidation, openapi
 from devcluster.server.faults import FaultConfigError, Faults
 from devcluster.server.httputil import (
     NO_CACHE,
@@ -50,10 +48,9 @@ from devcluster.server.httputil import (
     wants_aggregated,
     wants_table,
 )
+from devcluster.server.watchstream import WatchStreams
 from devcluster.storage import views
-from devcluster.storage.managedfields import manager_name
 from devcluster.storage.store import Store
-from devcluster.storage.watch import WatchEvent
 from devcluster.tables.render import to_table
 
 log = logging.getLogger("devcluster.server")
@@ -63,16 +60,6 @@ Health = Callable[[], "dict[str, str | None]"]  # check name -> None (ok) or why
 STORE_KEY: web.AppKey[Store] = web.AppKey("store", Store)
 FAULTS_KEY: web.AppKey[Faults] = web.AppKey("faults", Faults)
 MAX_BODY = 3 * 1024 * 1024
-PATCH_TYPES = {
-    "application/merge-patch+json": "merge",
-    "application/json-patch+json": "json",
-    "application/strategic-merge-patch+json": "strategic",
-    "application/apply-patch+yaml": "apply",
-    "application/apply-patch+json": "apply",
-}
-_UNSUPPORTED_PATCH = ("the body of the request was in an unknown format - accepted media types include: "
-                      "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, "
-                      "application/strategic-merge-patch+json")
 _SUBRESOURCES_BY_NAMESPACE = ("status", "finalize")
 
 
@@ -97,7 +84,7 @@ def make_app(store: Store, *, faults: Faults | None = None, log_source: LogSourc
     app[STORE_KEY] = store
     app[FAULTS_KEY] = api.faults
     app.router.add_route("*", "/{tail:.*}", api.handle)
-    app.on_shutdown.append(api.close_streams)
+    app.on_shutdown.append(api.streams.close_all)
     app.on_response_prepare.append(_no_cache)
     return app
 
@@ -119,7 +106,7 @@ class _Api:
         self.health = health
         self._cache: dict[str, _Cached] = {}  # discovery/OpenAPI bodies per registry generation
         self.defs = openapi.builtin_definitions()  # the built-in kinds' schemas, for OpenAPI and field validation
-        self._streams: set[Any] = set()  # open watches, ended on shutdown so handlers finish at once
+        self.streams = WatchStreams(faults)  # shared with the view types' handlers
         self._views: dict[tuple[str, str, str], _Api] = {}  # one per view type (views.py), sharing streams
 
     def _view_api(self, rt: ResourceType) -> _Api:
@@ -129,13 +116,9 @@ class _Api:
         if api is None:
             api = _Api(views.ViewStore(self.store, rt), self.faults, self.log_source,  # type: ignore[arg-type]
                        self.health, self.tokens, self.access)
-            api._streams = self._streams
+            api.streams = self.streams
             self._views[key] = api
         return api
-
-    async def close_streams(self, _app: web.Application) -> None:
-        for w in list(self._streams):
-            w.close()
 
     # -- entry ---------------------------------------------------------------------------------
 
@@ -166,7 +149,7 @@ class _Api:
         if path in access.REVIEW_PATHS:
             if request.method != "POST":
                 raise method_not_allowed()
-            body = await _json_body(request)
+            body = await decode.json_body(request)
             return json_response(self.access.review(path, request[access.USER_KEY], body), status=201)
         if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
             return self._openapi(request, path)
@@ -277,7 +260,7 @@ class _Api:
                        subresource: str | None = None) -> tuple[Any, list[str]]:
         """The create/update body after field validation, and the warnings it earned."""
         mode = fieldvalidation.directive(request.query.get("fieldValidation"), options_kind=options_kind)
-        body = await _json_body(request)
+        body = await decode.json_body(request)
         dups = await self._duplicates(request, mode)
         view = None if subresource == "scale" else openapi.schema_view(self.defs, rt)
         return fieldvalidation.check_object(view, body, kind=rt.kind, version=rt.version, mode=mode, duplicates=dups)
@@ -298,14 +281,14 @@ class _Api:
             if request.method != "POST":
                 raise method_not_allowed()
             try:
-                self.faults.configure(await _json_body(request))
+                self.faults.configure(await decode.json_body(request))
             except FaultConfigError as err:
                 raise bad_request(str(err)) from None
             return json_response(self.faults.snapshot())
         if path == "/devcluster/compact":
             if request.method != "POST":
                 raise method_not_allowed()
-            body = await _json_body(request, allow_empty=True) or {}
+            body = await decode.json_body(request, allow_empty=True) or {}
             rv = body.get("resourceVersion") if isinstance(body, dict) else None
             self.store.compact(None if rv is None else parse_int("resourceVersion", str(rv)))
             return json_response({"compacted": self.store.compacted, "resourceVersion": str(self.store.rv)})
@@ -317,13 +300,13 @@ class _Api:
         if request.method != "POST":
             raise method_not_allowed()
         await self._inject("create", "tokenreviews")
-        return json_response(self.tokens.review(await _json_body(request)), status=201)
+        return json_response(self.tokens.review(await decode.json_body(request)), status=201)
 
     async def _issue_token(self, request: web.Request) -> web.Response:
         """Play the kubelet's TokenRequest: {namespace, pod, audiences?, expirationSeconds?}."""
         if request.method != "POST":
             raise method_not_allowed()
-        body = await _json_body(request)
+        body = await decode.json_body(request)
         audiences = body.get("audiences") if isinstance(body, dict) else None
         if (not isinstance(body, dict) or not isinstance(body.get("pod"), str)
                 or not isinstance(audiences or [], list) or not all(isinstance(a, str) for a in audiences or [])):
@@ -331,7 +314,7 @@ class _Api:
         token = self.tokens.issue(
             str(body.get("namespace") or "default"), body["pod"],
             audiences=audiences or tokenreview.DEFAULT_AUDIENCES,
-            expiration_seconds=_int_field("expirationSeconds", body.get("expirationSeconds", 3600)))
+            expiration_seconds=decode.int_field("expirationSeconds", body.get("expirationSeconds", 3600)))
         return json_response({"token": token}, status=201)
 
     # -- resources -----------------------------------------------------------------------------
@@ -378,18 +361,18 @@ class _Api:
     async def _collection(self, request: web.Request, verb: str, t: Target, accept: list) -> web.StreamResponse:
         q = request.query
         if verb == "watch":
-            return await self._watch(request, t, accept)
+            return await self.streams.serve(request, self.store, t.rt, t.namespace, accept)
         if verb == "list":
             return self._list(t, q, accept)
         if verb == "create":
             body, warnings = await self._decoded(request, t.rt, "CreateOptions")
-            obj = self.store.create(t.rt, t.namespace, body, dry_run=_dry_run(q), field_manager=_manager(request),
-                                    warnings=warnings)
+            obj = self.store.create(t.rt, t.namespace, body, dry_run=decode.dry_run(q),
+                                    field_manager=decode.field_manager(request), warnings=warnings)
             return _warned(json_response(self.store.encode(obj, t.rt), status=201), warnings)
         if verb == "deletecollection":
             if t.rt.key == ("", "namespaces"):
                 raise method_not_allowed()  # the real server serves no collection delete of namespaces
-            opts = await _delete_options(request)
+            opts = await decode.delete_options(request)
             items = self.store.delete_collection(
                 t.rt, t.namespace, label_selector=q.get("labelSelector"), field_selector=q.get("fieldSelector"),
                 propagation=opts.propagation, grace_period=opts.grace, dry_run=opts.dry_run)
@@ -439,22 +422,22 @@ class _Api:
         if sub == "binding":
             return await self._bind(request, t)
         if sub == "token":
-            answer = self.tokens.request_token(t.namespace or "", name, await _json_body(request))
+            answer = self.tokens.request_token(t.namespace or "", name, await decode.json_body(request))
             return json_response(answer, status=201)
         if verb == "get":
             return self._get(t, q, accept)
         if verb == "update":
             existed = _exists(self.store, t)
             body, warnings = await self._decoded(request, rt, "UpdateOptions", sub)
-            obj = self.store.update(rt, t.namespace, name, body, sub, dry_run=_dry_run(q),
-                                    field_manager=_manager(request), warnings=warnings)
+            obj = self.store.update(rt, t.namespace, name, body, sub, dry_run=decode.dry_run(q),
+                                    field_manager=decode.field_manager(request), warnings=warnings)
             return _warned(json_response(self._encode(rt, obj), status=200 if existed or sub else 201), warnings)
         if verb == "patch":
             return await self._patch(request, t)
         if verb == "delete":
             if sub is not None:
                 raise method_not_allowed()
-            opts = await _delete_options(request)
+            opts = await decode.delete_options(request)
             res = self.store.delete(rt, t.namespace, name, opts.propagation, opts.grace, opts.preconditions,
                                     orphan_dependents=opts.orphan, dry_run=opts.dry_run)
             return json_response(self._encode(rt, res))
@@ -479,20 +462,20 @@ class _Api:
     async def _patch(self, request: web.Request, t: Target) -> web.Response:
         assert t.name is not None
         ctype = content_type(request)
-        patch_type = PATCH_TYPES.get(ctype)
+        patch_type = decode.PATCH_TYPES.get(ctype)
         if patch_type is None:
-            raise ApiError(415, "UnsupportedMediaType", _UNSUPPORTED_PATCH)
+            raise ApiError(415, "UnsupportedMediaType", decode.UNSUPPORTED_PATCH)
         q = request.query
         mode = fieldvalidation.directive(q.get("fieldValidation"), options_kind="PatchOptions")
-        body = await _patch_body(request, patch_type)
+        body = await decode.patch_body(request, patch_type)
         view = None if t.subresource == "scale" else openapi.schema_view(self.defs, t.rt)
         body, warnings = fieldvalidation.check_patch(
             view, patch_type, body, mode=mode, duplicates=await self._duplicates(request, mode),
             target=(t.namespace or "", t.name, t.rt.api_version, t.rt.kind))
         force = parse_bool("force", q.get("force")) or False
-        manager = q.get("fieldManager") if patch_type == "apply" else _manager(request)
+        manager = q.get("fieldManager") if patch_type == "apply" else decode.field_manager(request)
         obj, created = self.store.patch(t.rt, t.namespace, t.name, patch_type, body, t.subresource,
-                                        manager, force, dry_run=_dry_run(q), warnings=warnings)
+                                        manager, force, dry_run=decode.dry_run(q), warnings=warnings)
         return _warned(json_response(self._encode(t.rt, obj), status=201 if created else 200), warnings)
 
     async def _log(self, t: Target, q: Any) -> web.Response:
@@ -509,7 +492,7 @@ class _Api:
 
     async def _bind(self, request: web.Request, t: Target) -> web.Response:
         assert t.name is not None and t.namespace is not None
-        body = await _json_body(request)
+        body = await decode.json_body(request)
         target = body.get("target") if isinstance(body, dict) else None
         node = target.get("name") if isinstance(target, dict) else None
         if not node:
@@ -518,81 +501,6 @@ class _Api:
         self.store.bind(t.namespace, t.name, node, uid=uid)
         return json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
                              status=201)
-
-    # -- watch ---------------------------------------------------------------------------------
-
-    async def _watch(self, request: web.Request, t: Target, accept: list) -> web.StreamResponse:
-        q = request.query
-        send_initial = parse_bool("sendInitialEvents", q.get("sendInitialEvents"))
-        bookmarks = parse_bool("allowWatchBookmarks", q.get("allowWatchBookmarks")) or False
-        if send_initial and (q.get("resourceVersionMatch") != "NotOlderThan" or not bookmarks):
-            raise bad_request("sendInitialEvents is forbidden for watch unless resourceVersionMatch is "
-                              "NotOlderThan and allowWatchBookmarks is true")
-        timeout = parse_int("timeoutSeconds", q.get("timeoutSeconds"))
-        rv = q.get("resourceVersion")
-        forced_410 = self.faults.take_forced_410()
-        w = None
-        if not forced_410:
-            w = self.store.watch(t.rt, t.namespace, resource_version=rv, label_selector=q.get("labelSelector"),
-                                 field_selector=q.get("fieldSelector"), send_initial_events=send_initial,
-                                 allow_bookmarks=bookmarks,
-                                 timeout=float(timeout) if timeout and timeout > 0 else self.store.watch_timeout)
-        resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
-        resp.enable_chunked_encoding()
-        await resp.prepare(request)
-        if w is None:
-            await resp.write(_error_line(too_old(rv or 0, self.store.compacted + 1)))
-            await resp.write_eof()
-            return resp
-        return await self._stream(request, resp, w, t.rt, wants_table(accept), q.get("includeObject"))
-
-    async def _stream(self, request: web.Request, resp: web.StreamResponse, w: Any, rt: ResourceType,
-                      table: bool, include_object: str | None = None) -> web.StreamResponse:
-        transport = request.transport
-        w.alive = lambda: transport is not None and not transport.is_closing()
-        drop = self.faults.watch_drop_after
-        encode = self._event_encoder(rt, table, include_object)
-        self._streams.add(w)
-        try:
-            async with asyncio.timeout(drop):
-                async for ev in w:
-                    await resp.write(encode(ev))
-        except ApiError as err:
-            await resp.write(_error_line(err))
-        except TimeoutError:
-            if transport is not None:
-                transport.close()  # an abrupt cut: no chunked terminator
-            return resp
-        except (ConnectionResetError, OSError):
-            return resp
-        finally:
-            w.close()
-            self._streams.discard(w)
-        if transport is None or transport.is_closing():
-            return resp  # the client went away: nothing left to terminate
-        try:
-            await resp.write_eof()
-        except ConnectionResetError:
-            pass  # the client left between the last event and the terminator
-        return resp
-
-    def _event_encoder(self, rt: ResourceType, table: bool,
-                       include_object: str | None = None) -> Callable[[WatchEvent], bytes]:
-        store = self.store
-
-        def encode_obj(obj: dict[str, Any]) -> bytes:
-            return store.encode(obj, rt)
-
-        def plain(ev: WatchEvent) -> bytes:
-            return ev.line(encode_obj)
-
-        def as_table(ev: WatchEvent) -> bytes:
-            if ev.type == "BOOKMARK":
-                return ev.line()
-            t = to_table(rt, [ev.obj], resource_version=str(ev.rv), now=time.time(),
-                                include_object=include_object)
-            return orjson.dumps({"type": ev.type, "object": t}) + b"\n"
-        return as_table if table else plain
 
 
 # -- request parsing helpers ---------------------------------------------------------------------
@@ -652,103 +560,6 @@ def _exists(store: Store, t: Target) -> bool:
         return False
 
 
-def _manager(request: web.Request) -> str:
-    """Who makes this write, for managedFields: `fieldManager`, else the User-Agent's product."""
-    return manager_name(request.query.get("fieldManager"), request.headers.get("User-Agent"))
-
-
-def _dry_run(q: Any) -> bool:
-    values = q.getall("dryRun", [])
-    for v in values:
-        if v != "All":
-            raise bad_request(f'dryRun: Unsupported value: "{v}": supported values: "All"')
-    return bool(values)
-
-
-_BODY_TYPES = ("", "application/json", "application/yaml", "*/*", protobody.CONTENT_TYPE)
-
-
-async def _json_body(request: web.Request, *, allow_empty: bool = False) -> Any:
-    """The request body as JSON data, from JSON, YAML or Kubernetes protobuf; 415 for anything else."""
-    ctype = content_type(request)
-    if ctype not in _BODY_TYPES:
-        raise ApiError(415, "UnsupportedMediaType",
-                       f"the body of the request was in an unknown format ({ctype}) - accepted media types "
-                       f"include: application/json, application/yaml, {protobody.CONTENT_TYPE}")
-    raw = await request.read()
-    if not raw.strip():
-        if allow_empty:
-            return None
-        raise bad_request("the request body is empty")
-    if ctype == protobody.CONTENT_TYPE:
-        try:
-            return protobody.decode_body(raw)
-        except protobody.ProtobufBodyError as err:
-            raise bad_request(f"the request body is not a valid protobuf object: {err}") from None
-    if ctype == "application/yaml":
-        try:
-            return yaml.safe_load(raw)
-        except yaml.YAMLError as err:
-            raise bad_request(f"the request body is not valid YAML: {err}") from None
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as err:
-        raise bad_request(f"the request body is not valid JSON: {err}") from None
-
-
-async def _patch_body(request: web.Request, patch_type: str) -> Any:
-    raw = await request.read()
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as err:
-        if patch_type != "apply":
-            raise bad_request(f"error decoding patch: {err}") from None
-    try:
-        return yaml.safe_load(raw)
-    except yaml.YAMLError as err:
-        raise bad_request(f"error decoding YAML: {err}") from None
-
-
-@dataclass(slots=True)
-class _DeleteOptions:
-    propagation: str | None = None
-    grace: int | None = None
-    preconditions: dict[str, Any] | None = None
-    orphan: bool | None = None
-    dry_run: bool = False
-
-
-async def _delete_options(request: web.Request) -> _DeleteOptions:
-    """DeleteOptions from the query, overridden field by field by a JSON body (spec §5.6)."""
-    q = request.query
-    opts = _DeleteOptions(q.get("propagationPolicy"), parse_int("gracePeriodSeconds", q.get("gracePeriodSeconds")),
-                          None, parse_bool("orphanDependents", q.get("orphanDependents")), _dry_run(q))
-    body = await _json_body(request, allow_empty=True)
-    if body is None:
-        return opts
-    if not isinstance(body, dict):
-        raise bad_request("DeleteOptions must be a JSON object")
-    if body.get("propagationPolicy") is not None:
-        opts.propagation = body["propagationPolicy"]
-    if body.get("gracePeriodSeconds") is not None:
-        opts.grace = _int_field("gracePeriodSeconds", body["gracePeriodSeconds"])
-    if isinstance(body.get("preconditions"), dict):
-        opts.preconditions = body["preconditions"]
-    if body.get("orphanDependents") is not None:
-        opts.orphan = bool(body["orphanDependents"])
-    if body.get("dryRun"):
-        if body["dryRun"] != ["All"]:
-            raise bad_request(f'dryRun: Unsupported value: {body["dryRun"]!r}: supported values: "All"')
-        opts.dry_run = True
-    return opts
-
-
-def _int_field(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise bad_request(f"{name} must be an integer")
-    return value
-
-
 def _warned(resp: web.Response, warnings: list[str]) -> web.Response:
     """One `Warning: 299 - "..."` header per warning, as a real server sends them."""
     for text in warnings:
@@ -756,5 +567,3 @@ def _warned(resp: web.Response, warnings: list[str]) -> web.Response:
     return resp
 
 
-def _error_line(err: ApiError) -> bytes:
-    return orjson.dumps({"type": "ERROR", "object": err.status()}) + b"\n"
