@@ -1,4 +1,4 @@
-"""Benchmark of protobuf request body decoding (devcluster.protobody) on the bodies kubectl sent.
+"""Benchmark of protobuf request body decoding (devcluster.server.protobody) on the bodies kubectl sent.
 
 Decodes each captured kubectl body (tests/devcluster/kubectl_protobuf_bodies.yaml) many times and
 prints the cost per body next to the cost of parsing the same object from JSON, plus the one-off
