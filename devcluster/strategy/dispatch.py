@@ -20,14 +20,11 @@ DEFAULTERS: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {
     **workloads.DEFAULTERS,
 }
 VALIDATORS: dict[tuple[str, str], Callable[[dict], list[FieldError]]] = {
-    **validation.VALIDATORS,
-    configdata.SECRET_KEY: configdata.validate_secret,
-    **rbac.VALIDATORS,
+    **validation.VALIDATORS,  # core and apps kinds, Secrets, RBAC
     **workloads.VALIDATORS,
 }
 UPDATE_VALIDATORS: dict[tuple[str, str], Callable[[dict, dict], list[FieldError]]] = {
     **validation.UPDATE_VALIDATORS,
-    **rbac.UPDATE_VALIDATORS,
     **workloads.UPDATE_VALIDATORS,
 }
 

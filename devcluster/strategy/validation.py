@@ -10,7 +10,6 @@ workload kinds (`workloads.py`) build on the label, selector and pod-spec checks
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 from devcluster.machinery import quantity
@@ -36,7 +35,7 @@ from devcluster.machinery.names import (
     qualified_name_errors,
 )
 from devcluster.machinery.selectors import label_selector_from_object
-from devcluster.strategy import rbac
+from devcluster.strategy import configdata, rbac
 from devcluster.strategy.ownerrefs import validate_owner_references
 
 # --------------------------------------------------------------------------- labels
@@ -404,15 +403,18 @@ def _validate_lease(obj: dict) -> list[FieldError]:
 
 # --------------------------------------------------------------------------- by kind
 
-VALIDATORS: dict[tuple[str, str], Callable[[dict], list[FieldError]]] = {
+VALIDATORS = {
     ("", "pods"): _validate_pod,
     ("apps", "deployments"): _validate_deployment,
     ("apps", "replicasets"): _validate_replicaset,
     ("", "services"): _validate_service,
     ("coordination.k8s.io", "leases"): _validate_lease,
+    configdata.SECRET_KEY: configdata.validate_secret,
+    **rbac.VALIDATORS,
 }
-UPDATE_VALIDATORS: dict[tuple[str, str], Callable[[dict, dict], list[FieldError]]] = {
+UPDATE_VALIDATORS = {
     ("", "pods"): _validate_pod_update,
     ("apps", "deployments"): _validate_selector_update,
     ("apps", "replicasets"): _validate_selector_update,
+    **rbac.UPDATE_VALIDATORS,
 }
