@@ -107,7 +107,7 @@ class _Api:
         self._cache: dict[str, _Cached] = {}  # discovery/OpenAPI bodies per registry generation
         self.defs = openapi.builtin_definitions()  # the built-in kinds' schemas, for OpenAPI and field validation
         self.streams = WatchStreams(faults)  # shared with the view types' handlers
-        self._views: dict[tuple[str, str, str], _Api] = {}  # one per view type (views.py), sharing streams
+        self._views: dict[tuple[str, str, str], _Api] = {}  # one per view type (storage/views.py), sharing streams
 
     def _view_api(self, rt: ResourceType) -> _Api:
         """The same handlers over `views.ViewStore`: the request's view of another storage."""

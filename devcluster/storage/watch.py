@@ -12,14 +12,12 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from devcluster.machinery.errors import ApiError
-
-if TYPE_CHECKING:
-    from devcluster.machinery.resource import ResourceType
+from devcluster.machinery.resource import ResourceType
 
 log = logging.getLogger("devcluster.watch")
 

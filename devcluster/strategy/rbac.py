@@ -1,7 +1,7 @@
 """The rbac.authorization.k8s.io/v1 API: Role, RoleBinding, ClusterRole, ClusterRoleBinding.
 
 These are ordinary stored resources (CRUD, watch, tables); what makes them special is that
-the authorizer (`authz.py`) reads them on every request made with a ServiceAccount token,
+the authorizer (`auth/authz.py`) reads them on every request made with a ServiceAccount token,
 so their validation follows the real server closely: a binding that the real server would
 refuse must not silently grant or withhold access here. RBAC names are path segments, not
 DNS names (`system:discovery` is valid), the `roleRef` of a binding can never change, and
