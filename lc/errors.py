@@ -60,3 +60,53 @@ class LearningError(LCError):
 
 class ResourceError(LCError):
     """A downstream object the LC cannot take: unknown kind, or no namespace/name."""
+
+
+class StorageError(LCError):
+    """An object storage (s3://) operation failed; `reason` is one CamelCase word for a status
+    condition (the words of lc/files.py where they mean the same), `attempts` how many requests
+    were made for it. Messages name the object and the endpoint, never the secret key."""
+
+    reason = "StorageError"
+
+    def __init__(self, message: str, *, attempts: int = 1) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+
+
+class StorageConfigError(StorageError):
+    """An s3:// URL or a `sedna.io/credential` the LC cannot use; nothing was sent."""
+
+    reason = "InvalidStorage"
+
+
+class StorageDenied(StorageError):
+    """The server refused the credential or its rights (401/403): never retried."""
+
+    reason = "AccessDenied"
+
+
+class StorageNotFound(StorageError):
+    """No such bucket or key (404): never retried."""
+
+    reason = "NotFound"
+
+
+class StorageTooLarge(StorageError):
+    """An object over the LC's cap for its use: refused by its size, or once more was read."""
+
+    reason = "TooLarge"
+
+
+class StorageUnavailable(StorageError):
+    """The server could not be reached or kept failing (timeouts, 5xx, throttling) through
+    every attempt; a later try may succeed."""
+
+    reason = "StorageUnavailable"
+
+
+class StorageChanged(StorageUnavailable):
+    """The object was replaced while it was read (its ETag changed between two parts, or a
+    copy's source no longer matched): reading it again from the start may succeed."""
+
+    reason = "StorageChanged"
