@@ -62,6 +62,7 @@ from gm.kube.informer import InformerFactory, InformerFailed
 from gm.kube.kubeconfig import ClientSettings
 from gm.kube.leader import LeaderElector, LeaderSettings
 from gm.kube.metrics import KubeMetrics
+from gm.kube.resources import NODES
 from gm.kube.statuswriter import StatusWriter
 from gm.kube.workqueue import WorkQueue
 from gm.reconcile.caches import transform_for
@@ -188,6 +189,9 @@ class GlobalManager:
             (d.api, d.report) for d in self.declarations if d.report is not None], events=events),
             auth=self._node_auth(), max_sessions=capacity, placement_grace=PLACEMENT_GRACE)
         self.edge.bind(self.hub.notify_changed)
+        # a deleted Node's LC session ends, and the hub forgets it (its per-node series too)
+        self.informers.informer(NODES).add_event_handler(
+            on_delete=lambda node: self.hub.forget_node(node["metadata"]["name"]) if self.hub else None)
         self.edge_metrics.watch(hub=self.hub, edge=self.edge, pipeline=self.pipeline)
 
     def _node_auth(self) -> NodeAuth:

@@ -10,6 +10,7 @@ from importlib import metadata
 import aiohttp
 import pytest
 
+from gm.kube.resources import NODES
 from proto import SUBPROTOCOL
 from shared.metrics import CONTENT_TYPE
 from tests.conftest import eventually
@@ -100,3 +101,16 @@ async def test_a_connected_node_has_its_series_until_it_is_forgotten(gm, api, ht
     gm.hub.forget_node(NODE)
     text = await scrape(http, gm)
     assert not [s for s in samples(text) if s.labels.get("node") == NODE]
+
+
+async def test_a_deleted_node_loses_its_session_and_its_series(gm, api, http):
+    ws = await http.ws_connect(f"http://127.0.0.1:{gm.port}/", headers={"Node-Name": NODE},
+                               protocols=(SUBPROTOCOL,))
+    await NativeLC(ws, NODE).handshake()
+    await api.delete(NODES, NODE)
+    msg = await ws.receive(timeout=10)
+    assert (msg.type, ws.close_code) == (aiohttp.WSMsgType.CLOSE, 1001)
+    await eventually(lambda: gm.hub.sessions_active == 0, message="session gone")
+    text = await scrape(http, gm)
+    assert not [s for s in samples(text) if s.name in NODE_SERIES and s.labels.get("node") == NODE]
+    assert await sessions(http, gm) == []
