@@ -37,9 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import copy
-import json
 import os
 import re
 import resource
@@ -65,7 +63,6 @@ from bench.procstat import (  # noqa: E402
     rss_kib,
 )
 from bench.status_harness import GROUP, NS, Proc, Stack, example_docs, free_port  # noqa: E402
-from proto import SUBPROTOCOL, Message, encode_native, hello, snapshot_begin, snapshot_end  # noqa: E402
 
 
 def say(text: str) -> None:
@@ -73,10 +70,6 @@ def say(text: str) -> None:
 
 
 # ---- the GM side ------------------------------------------------------------------------------
-
-
-def _log(path: Path):
-    return open(path, "ab")  # handed to a child process, closed once it started
 
 
 def _log_dir() -> Path:
@@ -136,148 +129,6 @@ async def settle(pid: int, *, below: float = 0.05, within: float = 300.0) -> flo
 
 
 # ---- the hub alone (heap scenario) ----------------------------------------------------------
-
-
-class _Source:
-    """The hub's ObjectSource: one Dataset per node, as the GM would place it."""
-
-    def __init__(self, n: int) -> None:
-        self.objects = {node_name(i): dict(dataset(node_name(i)), metadata={
-            "name": f"ds-{node_name(i)}", "namespace": NS, "uid": f"uid-{i}", "resourceVersion": str(i + 1)})
-            for i in range(n)}
-
-    def objects_for_node(self, node: str) -> list[tuple[str, str, str, dict]]:
-        obj = self.objects.get(node)
-        return [("Dataset", NS, obj["metadata"]["name"], obj)] if obj is not None else []
-
-    def is_assigned(self, node: str, kind: str, namespace: str, name: str) -> bool:
-        return name == f"ds-{node}"
-
-
-class _Handler:
-    """Every report applied at once."""
-
-    def submit(self, node: str, message: Message, *, epoch: str = "") -> asyncio.Future[None]:
-        done = asyncio.get_running_loop().create_future()
-        done.set_result(None)
-        return done
-
-
-async def hub_main(args: argparse.Namespace) -> None:
-    """A process serving only the hub, as the GM serves it; `mem` on stdin prints its RSS, tasks
-    and sessions, and with --trace the allocations made since `base`, by line."""
-    import logging
-    import tracemalloc
-
-    from aiohttp import web
-
-    from gm.edge.capacity import raise_fd_limit, session_capacity
-    from gm.edge.hub import Hub
-    from gm.http_errors import error_response, json_errors
-    from shared.server_limits import guarded_runner
-
-    logging.basicConfig(level=logging.WARNING)
-    if args.trace:
-        tracemalloc.start(1)
-    hub = Hub(_Source(args.count), _Handler(), max_sessions=session_capacity(raise_fd_limit()))
-    app = web.Application(middlewares=[json_errors])
-    hub.attach(app)
-    runner = guarded_runner(app, handle_signals=False, access_log=None, error_response=error_response)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", args.port, backlog=4096)
-    await site.start()
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    base: tracemalloc.Snapshot | None = None
-    print(json.dumps({"ready": True}), flush=True)
-    while line := (await reader.readline()).decode().strip():
-        if line == "base" and args.trace:
-            base = tracemalloc.take_snapshot()
-        elif line == "mem":
-            out: dict[str, Any] = {"rss_kb": rss_kib(os.getpid()), "sessions": hub.sessions_active,
-                                   "tasks": len(asyncio.all_tasks())}
-            if base is not None:
-                diff = tracemalloc.take_snapshot().compare_to(base, "lineno")
-                out["top"] = [(str(d.traceback), d.size_diff, d.count_diff) for d in diff[:args.top]]
-                out["traced"] = sum(d.size_diff for d in diff)
-            print(json.dumps(out), flush=True)
-        elif line == "quit":
-            break
-    await hub.close()
-    await runner.cleanup()
-
-
-async def bare_main(args: argparse.Namespace) -> None:
-    """The reference: a bare aiohttp websocket server (no hub, no GM) that answers each LC's
-    hello and an empty snapshot, then only reads (aiohttp answers the pings)."""
-    from aiohttp import web
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-    async def handle(request: web.Request) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse(protocols=(SUBPROTOCOL,), compress=False)
-        await ws.prepare(request)
-        await ws.receive()
-        node = request.headers.get("Node-Name", "")
-        for msg in (hello(node), snapshot_begin(1), snapshot_end(0, 2)):
-            await ws.send_bytes(encode_native(msg))
-        async for _ in ws:
-            pass
-        return ws
-
-    app = web.Application()
-    app.router.add_get("/", handle)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", args.port, backlog=4096).start()
-    print(json.dumps({"ready": True}), flush=True)
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    while (await reader.readline()).strip() not in (b"quit", b""):
-        pass
-    await runner.cleanup()
-
-
-class _HubProc:
-    """The `hub` role as a child process, spoken to over its stdin and stdout."""
-
-    def __init__(self, n: int, *, trace: bool, log_dir: Path, role: str = "hub") -> None:
-        self.n, self.trace, self.log_dir, self.port, self.role = n, trace, log_dir, free_port(), role
-        self.proc: asyncio.subprocess.Process | None = None
-
-    async def start(self) -> _HubProc:
-        cmd = [sys.executable, str(SCRIPT), self.role, "--port", str(self.port)]
-        cmd += ["--count", str(self.n)] if self.role == "hub" else []
-        with _log(self.log_dir / f"{self.role}.log") as err:
-            self.proc = await asyncio.create_subprocess_exec(
-                *cmd, *(["--trace"] if self.trace else []), stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE, stderr=err, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                limit=1 << 24)
-        assert json.loads(await self._line())["ready"]
-        return self
-
-    async def _line(self) -> bytes:
-        assert self.proc is not None and self.proc.stdout is not None
-        return await asyncio.wait_for(self.proc.stdout.readline(), 600.0)
-
-    async def ask(self, command: str) -> dict[str, Any]:
-        assert self.proc is not None and self.proc.stdin is not None
-        self.proc.stdin.write(f"{command}\n".encode())
-        await self.proc.stdin.drain()
-        return json.loads(await self._line()) if command == "mem" else {}
-
-    async def stop(self) -> None:
-        if self.proc is not None and self.proc.returncode is None:
-            with contextlib.suppress(ConnectionError):
-                await self.ask("quit")
-            try:
-                await asyncio.wait_for(self.proc.wait(), 30.0)
-            except TimeoutError:
-                self.proc.kill()
-                await self.proc.wait()
 
 
 async def scenario_heap(n: int, args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:

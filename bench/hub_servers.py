@@ -26,7 +26,7 @@ SCRIPT = Path(__file__).resolve()
 ROOT = SCRIPT.parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.lean_lc import Clients, node_name  # noqa: E402
+from bench.lean_lc import Clients, log_file, node_name  # noqa: E402
 from bench.procstat import Usage, cpu_seconds, rss_kib  # noqa: E402
 from bench.status_harness import NS, free_port  # noqa: E402
 from proto import SUBPROTOCOL, Message, encode_native, hello, snapshot_begin, snapshot_end  # noqa: E402
@@ -35,10 +35,6 @@ from proto import SUBPROTOCOL, Message, encode_native, hello, snapshot_begin, sn
 def dataset(node: str) -> dict:
     return {"apiVersion": "sedna.io/v1alpha1", "kind": "Dataset", "metadata": {"name": f"ds-{node}", "namespace": NS},
             "spec": {"url": f"/data/{node}/index.txt", "format": "txt", "nodeName": node}}
-
-
-def _log(path: Path):
-    return open(path, "ab")  # handed to a child process, closed once it started
 
 
 class _Source:
@@ -154,7 +150,7 @@ class HubProc:
     async def start(self) -> HubProc:
         cmd = [sys.executable, str(SCRIPT), self.role, "--port", str(self.port)]
         cmd += ["--count", str(self.n)] if self.role == "hub" else []
-        with _log(self.log_dir / f"{self.role}.log") as err:
+        with log_file(self.log_dir / f"{self.role}.log") as err:
             self.proc = await asyncio.create_subprocess_exec(
                 *cmd, *(["--trace"] if self.trace else []), stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE, stderr=err, env={**os.environ, "PYTHONPATH": str(ROOT)},

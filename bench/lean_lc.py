@@ -347,7 +347,7 @@ async def client_main(args: argparse.Namespace) -> None:
 
 
 
-def _log(path: Path):
+def log_file(path: Path):
     return open(path, "ab")  # handed to a child process, closed once it started
 
 
@@ -366,7 +366,7 @@ class Clients:
             cmd = [sys.executable, str(SCRIPT), "--first", str(first),
                    "--count", str(count), *(a for u in self.urls for a in ("--url", u))]
             cmd += ["--report"] if self.report else []
-            with _log(self.log_dir / f"client-{k}.log") as err:
+            with log_file(self.log_dir / f"client-{k}.log") as err:
                 proc = await asyncio.create_subprocess_exec(
                     *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
                     env={**os.environ, "PYTHONPATH": str(ROOT)}, limit=1 << 20)
