@@ -55,6 +55,7 @@ from gm.edge.pipeline import StatusPipeline
 from gm.edge.status import UpstreamStatus
 from gm.errors import ConfigError, GMError
 from gm.http_errors import error_response, json_errors, refusal
+from gm.jobmetrics import JobCollector
 from gm.kinds import DECLARATIONS
 from gm.kube.client import KubeClient
 from gm.kube.events import EventRecorder
@@ -115,6 +116,8 @@ class GlobalManager:
         self.pipeline: StatusPipeline | None = None
         self.edge_metrics = EdgeCollector()
         self.registry.register(self.edge_metrics)
+        self.job_metrics = JobCollector()  # the jobs' status, read from the caches at scrape time
+        self.registry.register(self.job_metrics)
         self.app = web.Application(middlewares=[json_errors])
         self._runner: web.AppRunner | None = None
         self._tasks: list[Supervised] = []  # every long-lived task, fail-fast
@@ -139,6 +142,7 @@ class GlobalManager:
                                          transforms=transform_for)
         self._build_controllers()
         self._build_hub()
+        self.job_metrics.watch_informers(self.informers, (d.api for d in self.declarations))
         assert self.status_writer is not None
         for inf in self.informers.informers():  # every kind whose status the GM writes
             if inf.gvr.group == apis.GROUP:
