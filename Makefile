@@ -102,6 +102,21 @@ $(WRK):
 	chmod +x $@.tmp && mv $@.tmp $@
 	$@ -v | head -n 1
 
+# Chromium from Debian's packages, for the status page's browser test (tests/e2e/test_gm_ui.py): installed
+# with apt-get when /usr/bin/chromium is missing (as root, from Debian's mirrors); a no-op once there.
+# `make test` needs it; `make test-ui` runs the status page's tests alone.
+CHROMIUM := /usr/bin/chromium
+.PHONY: chromium test-ui
+test: chromium
+
+chromium:
+	test -x $(CHROMIUM) || { apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; }
+	$(CHROMIUM) --version
+
+test-ui: setup chromium
+	$(PY) -m pytest -q tests/unit/test_gm_ui.py tests/e2e/test_gm_ui.py
+
 lint: setup
 	$(PY) -m ruff check .
 

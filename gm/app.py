@@ -63,6 +63,7 @@ from gm.kube.informer import InformerFactory, InformerFailed
 from gm.kube.kubeconfig import ClientSettings
 from gm.kube.leader import LeaderElector, LeaderSettings
 from gm.kube.metrics import KubeMetrics
+from gm.kube.resources import sedna_gvr
 from gm.kube.resources import NODES
 from gm.kube.statuswriter import StatusWriter
 from gm.kube.workqueue import WorkQueue
@@ -71,6 +72,7 @@ from gm.reconcile.context import Context
 from gm.reconcile.declaration import KindDeclaration
 from gm.reconcile.reconciler import KindController
 from gm.reconcile.runner import ControllerRunner, ReconcileMetrics
+from gm.ui import StatusPage
 from shared import apis
 from shared.logs import event
 from shared.metrics import CONTENT_TYPE, render, service_registry
@@ -116,6 +118,7 @@ class GlobalManager:
         self.pipeline: StatusPipeline | None = None
         self.edge_metrics = EdgeCollector()
         self.registry.register(self.edge_metrics)
+        self.status_page = StatusPage()  # GET /ui, beside /metrics (gm/ui)
         self.job_metrics = JobCollector()  # the jobs' status, read from the caches at scrape time
         self.registry.register(self.job_metrics)
         self.app = web.Application(middlewares=[json_errors])
@@ -142,6 +145,8 @@ class GlobalManager:
                                          transforms=transform_for)
         self._build_controllers()
         self._build_hub()
+        self.status_page.watch(hub=self.hub, recorders=self.recorders, jobs={
+            d.kind: self.informers.informer(sedna_gvr(d.api)) for d in self.declarations})
         self.job_metrics.watch_informers(self.informers, (d.api for d in self.declarations))
         assert self.status_writer is not None
         for inf in self.informers.informers():  # every kind whose status the GM writes
@@ -248,6 +253,7 @@ class GlobalManager:
         self.app.router.add_get("/healthz", self._healthz)
         self.app.router.add_get("/readyz", self._readyz)
         self.app.router.add_get("/metrics", self._metrics)
+        self.app.router.add_get("/ui", self.status_page.handle)
         self.app.router.add_get("/sessions", self._sessions)
         self._runner = guarded_runner(self.app, handle_signals=False, access_log=None,
                                       error_response=error_response)

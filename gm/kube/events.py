@@ -21,6 +21,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,8 @@ EVENT_TYPES = ("Normal", "Warning")
 MAX_MESSAGE = 1024
 SPAM_BURST = 25  # events one object may raise at once
 SPAM_QPS = 1 / 300  # and then one more every five minutes
+# told of every event queued: (involved object, type, reason, message); it must not block
+EventListener = Callable[[dict[str, Any], str, str, str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,7 @@ class EventRecorder:
         self._writer: Supervised | None = None
         self._spam: OrderedDict[str, TokenBucket] = OrderedDict()  # per involved object, LRU
         self._spam_burst, self._spam_qps = spam_burst, spam_qps
+        self._listeners: list[EventListener] = []
 
     def _allowed(self, involved: dict[str, Any]) -> bool:
         """Whether the involved object's own bucket has a token left for one more event."""
@@ -114,7 +118,13 @@ class EventRecorder:
         except asyncio.QueueFull:
             self.metrics.events_sent.labels("dropped").inc()
             return False
+        for listener in self._listeners:
+            listener(involved, type, reason, pending.message)
         return True
+
+    def listen(self, fn: EventListener) -> None:
+        """Call `fn` with each event this recorder queues from now on (the GM's status page)."""
+        self._listeners.append(fn)
 
     def normal(self, obj: dict[str, Any], reason: str, message: str) -> bool:
         return self.event(obj, "Normal", reason, message)
