@@ -63,8 +63,7 @@ from gm.kube.informer import InformerFactory, InformerFailed
 from gm.kube.kubeconfig import ClientSettings
 from gm.kube.leader import LeaderElector, LeaderSettings
 from gm.kube.metrics import KubeMetrics
-from gm.kube.resources import sedna_gvr
-from gm.kube.resources import NODES
+from gm.kube.resources import NODES, sedna_gvr
 from gm.kube.statuswriter import StatusWriter
 from gm.kube.workqueue import WorkQueue
 from gm.reconcile.caches import transform_for
@@ -118,9 +117,9 @@ class GlobalManager:
         self.pipeline: StatusPipeline | None = None
         self.edge_metrics = EdgeCollector()
         self.registry.register(self.edge_metrics)
-        self.status_page = StatusPage()  # GET /ui, beside /metrics (gm/ui)
         self.job_metrics = JobCollector()  # the jobs' status, read from the caches at scrape time
         self.registry.register(self.job_metrics)
+        self.status_page = StatusPage()  # GET /ui, beside /metrics (gm/ui)
         self.app = web.Application(middlewares=[json_errors])
         self._runner: web.AppRunner | None = None
         self._tasks: list[Supervised] = []  # every long-lived task, fail-fast
@@ -145,9 +144,9 @@ class GlobalManager:
                                          transforms=transform_for)
         self._build_controllers()
         self._build_hub()
+        self.job_metrics.watch_informers(self.informers, (d.api for d in self.declarations))
         self.status_page.watch(hub=self.hub, recorders=self.recorders, jobs={
             d.kind: self.informers.informer(sedna_gvr(d.api)) for d in self.declarations})
-        self.job_metrics.watch_informers(self.informers, (d.api for d in self.declarations))
         assert self.status_writer is not None
         for inf in self.informers.informers():  # every kind whose status the GM writes
             if inf.gvr.group == apis.GROUP:
