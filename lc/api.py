@@ -355,10 +355,10 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """The LC's metrics (docs/metrics.md); the outbox's bytes are the one value read here,
-    since the store answers it from the database (the rest is read by collectors)."""
+    """The LC's metrics (docs/metrics.md); what the store answers from its database is read
+    here first (`LCMetrics.refresh`), the rest by collectors."""
     lc_metrics = request.app[METRICS_KEY]
-    lc_metrics.outbox_bytes.set(await request.app[STORE_KEY].outbox_bytes())
+    await lc_metrics.refresh(request.app[STORE_KEY])
     return web.Response(body=render(lc_metrics.registry),
                         headers={"Content-Type": METRICS_CONTENT_TYPE})
 

@@ -159,9 +159,10 @@ class LocalController:
         assert self.store is not None
         cfg, models = self.config, ModelManager()
         work = FileWork(limits=cfg.file_limits, confirmations=self.confirmations)
+        datasets = DatasetManager(self.store, rootfs=cfg.rootfs, period=cfg.dataset_period, work=work)
+        self.metrics.watch_datasets(datasets)
         managers = [
-            DatasetManager(self.store, rootfs=cfg.rootfs, period=cfg.dataset_period, work=work),
-            models, JointInferenceManager(), FederatedLearningManager(),
+            datasets, models, JointInferenceManager(), FederatedLearningManager(),
             *(LearningManager(kind, self.store, rootfs=cfg.rootfs, node=cfg.node_name, work=work)
               for kind in (IncrementalLearning(models), LifelongLearning())),
         ]

@@ -1,27 +1,33 @@
 """The LC's Prometheus metrics, registered up front so they show before the first event.
 
 What the request path counts (reports accepted, refused, their latency, commits) is updated
-where it happens. What the store and the body budget already count (outbox, dead letters,
-dropped records, bytes held) is read from them at scrape time by `StateCollector`, so
-there is one count of each thing, not a copy that has to be kept in step.
+where it happens. What the store, the body budget and the dataset monitors already count
+(outbox, dead letters, dropped records, bytes held, index scans) is read from them at scrape
+time by `StateCollector`, so there is one count of each thing, not a copy that has to be kept
+in step. The few the store answers from its database (outbox bytes and oldest entry, dead
+letters by kind) are read by `refresh` before each page.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from lc.budget import BodyBudget
+from lc.managers.dataset import DatasetManager
 from lc.store.bounds import DROPPED
 from lc.store.deadletters import DEAD_LETTER_REASONS
 from lc.store.facade import Store
+from shared import apis
 from shared.metrics import SECONDS_BUCKETS, service_registry
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 ROUTES = ("forwarded", "ignored", "unrouted")
+SCAN_RESULTS = ("counted", "failed")
 BUSY_REASONS = ("body_budget", "outbox_full")
 """Refusals of a report that was fine (503 + Retry-After): shown from the start, at 0."""
 
@@ -66,6 +72,16 @@ class LCMetrics:
         """Read the outbox, dead letters, dropped records and body budget from these."""
         self.state.store, self.state.budget = store, budget
 
+    def watch_datasets(self, datasets: DatasetManager) -> None:
+        """Read the dataset monitors' scans from this manager."""
+        self.state.datasets = datasets
+
+    async def refresh(self, store: Store) -> None:
+        """Read what the store answers from its database, for the page about to be rendered."""
+        self.outbox_bytes.set(await store.outbox_bytes())
+        self.state.oldest = await store.outbox_oldest()
+        self.state.dead_kinds = await store.dead_letter_kinds()
+
     def observe_batch(self, size: int, seconds: float) -> None:
         """Group-commit observer: one call per committed transaction."""
         self.batch_size.observe(size)
@@ -76,9 +92,13 @@ class StateCollector(Collector):
     """The store's and the body budget's own counts, as they are at scrape time (zeros
     before the LC serves)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self.store: Store | None = None
         self.budget: BodyBudget | None = None
+        self.datasets: DatasetManager | None = None
+        self.oldest: float | None = None  # the outbox's oldest entry's commit time, at refresh
+        self.dead_kinds: dict[str, int] = {}  # dead letters by kind, at refresh
+        self.clock = clock
 
     def collect(self) -> Iterable[Metric]:
         store, budget = self.store, self.budget
@@ -106,3 +126,28 @@ class StateCollector(Collector):
         held.add_metric(["held"], budget.used if budget is not None else 0)
         held.add_metric(["waiting"], budget.waiting if budget is not None else 0)
         yield from (outbox, dead, dropped, held)
+        yield from self._outbox_and_datasets()
+
+    def _outbox_and_datasets(self) -> Iterable[Metric]:
+        age = 0.0 if self.oldest is None else max(0.0, self.clock() - self.oldest)
+        yield GaugeMetricFamily("sedna_lc_outbox_oldest_age_seconds", "Seconds the oldest report "
+                                "in the outbox has waited for the GM's ack (0 when it is empty).",
+                                value=age)
+        kinds = GaugeMetricFamily("sedna_lc_dead_letters_by_kind", "Dead letters held, by the kind "
+                                  "of their object.", labels=["kind"])
+        held: dict[str, int] = {}  # the table's kinds are the LC's own, "other" guards the page
+        for kind, count in self.dead_kinds.items():
+            label = kind if apis.by_kind(kind) is not None else "other"
+            held[label] = held.get(label, 0) + count
+        for kind, count in sorted(held.items()):
+            kinds.add_metric([kind], count)
+        yield kinds
+        datasets = self.datasets
+        stats = datasets.stats if datasets is not None else None
+        scans = CounterMetricFamily("sedna_lc_dataset_scans", "Dataset index scans by result: "
+                                    "counted, failed (missing, unreadable, refused).", labels=["result"])
+        for result in SCAN_RESULTS:
+            scans.add_metric([result], getattr(stats, result) if stats is not None else 0)
+        yield scans
+        yield GaugeMetricFamily("sedna_lc_datasets_monitored", "Datasets whose index this LC counts.",
+                                value=datasets.monitored if datasets is not None else 0)

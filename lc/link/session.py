@@ -281,6 +281,8 @@ class Session:
             where = f"{entry.namespace}/{entry.name}" if entry else "?"
             event(log, "report refused by the GM, moved to dead letters", level=logging.WARNING,
                   seq=msg.seq, kind=entry.kind if entry else "?", key=where, error=error)
+        if entry is not None:
+            self._info.settled(entry.kind, "acked" if error is None else "refused")
         self._acks.put_nowait(Ack(msg.seq, error, entry.fold if entry else None))
 
     # ---- writing ---------------------------------------------------------------------
@@ -433,6 +435,7 @@ class Session:
     async def _drop(self, entry: OutboxEntry, error: str) -> None:
         """An entry that can never be sent: move it to the dead letters with the reason."""
         self._info.dropped += 1
+        self._info.settled(entry.kind, "unsendable")
         event(log, "report cannot be sent, moved to dead letters", level=logging.WARNING,
               seq=entry.seq, kind=entry.kind, key=f"{entry.namespace}/{entry.name}", error=error)
         try:

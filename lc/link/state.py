@@ -7,9 +7,10 @@ are refused" is here, and the same numbers are exported as Prometheus metrics.
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
@@ -24,6 +25,7 @@ STOPPED = "stopped"
 STATES = (IDLE, CONNECTING, CONNECTED, BACKOFF, STOPPED)
 MODES = ("native", "upstream")
 OUTCOMES = ("sent", "resent", "acked", "refused", "dropped", "covered")  # LinkInfo's counts
+KIND_OUTCOMES = ("acked", "refused", "unsendable")  # per kind: applied, refused, not encodable
 
 
 @dataclass(slots=True)
@@ -45,6 +47,8 @@ class LinkInfo:
     covered: int = 0  # reports not sent: a newer one of the same object covers them (lc/fold.py)
     downstream: int = 0  # object frames received
     highest_acked: int = 0  # highest seq the GM acked (sent in the next hello)
+    # (kind, KIND_OUTCOMES entry) -> reports; kinds are the outbox's (the LC's managers')
+    by_kind: collections.Counter[tuple[str, str]] = field(default_factory=collections.Counter)
 
     @property
     def connected(self) -> bool:
@@ -53,8 +57,13 @@ class LinkInfo:
     def failed(self, error: str) -> None:
         self.last_error, self.last_error_at = error, time.time()
 
+    def settled(self, kind: str, outcome: str) -> None:
+        """One report of `kind` acked, refused or found unsendable (KIND_OUTCOMES)."""
+        self.by_kind[(kind, outcome)] += 1
+
     def as_dict(self) -> dict[str, Any]:
         doc = asdict(self)
+        doc.pop("by_kind")
         doc["connected"] = self.connected
         return doc
 
@@ -96,3 +105,14 @@ class LinkMetrics(Collector):
         yield reports
         yield GaugeMetricFamily("sedna_lc_link_inflight", "Reports sent and not yet acked.",
                                 value=self._inflight())
+        state = GaugeMetricFamily("sedna_lc_link_state", "1 for the link's state now.", labels=["state"])
+        for name in STATES:
+            state.add_metric([name], 1 if info.state == name else 0)
+        yield state
+        kinds = CounterMetricFamily(
+            "sedna_lc_link_kind_reports", "Reports the GM settled, by kind and outcome: acked "
+            "(applied), refused (moved to the dead letters), unsendable (not encodable within the "
+            "protocol's limits, moved to the dead letters).", labels=["kind", "outcome"])
+        for (kind, outcome), count in sorted(info.by_kind.items()):
+            kinds.add_metric([kind, outcome], count)
+        yield kinds

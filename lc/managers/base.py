@@ -225,6 +225,9 @@ class Loops(Generic[L]):
         self._tasks: dict[LoopKey, asyncio.Task[None]] = {}
         self._started = started
 
+    def __len__(self) -> int:
+        return len(self._loops)
+
     def get(self, namespace: str, name: str) -> L | None:
         return self._loops.get((namespace, name))
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -138,6 +139,14 @@ def scan(obj: dict[str, Any], rootfs: str, *, limits: FileLimits = DEFAULT_LIMIT
     return count_samples(host_to_local(rootfs, url), fmt, limits.index, name=url, stop=stop)
 
 
+@dataclass(slots=True)
+class ScanStats:
+    """Index scans of every monitor of one LC since start, by result (its /metrics)."""
+
+    counted: int = 0  # the index was read and its samples counted
+    failed: int = 0  # it could not be (missing, unreadable, refused, outside the mount)
+
+
 class DatasetMonitor(ObjectLoop):
     """One dataset's periodic re-count; reports to the outbox when the count changes."""
 
@@ -145,8 +154,9 @@ class DatasetMonitor(ObjectLoop):
 
     def __init__(self, store: Store, namespace: str, name: str, obj: dict[str, Any], *,
                  rootfs: str, period: float, reported: int, error: Problem | None = None,
-                 work: FileWork | None = None) -> None:
+                 work: FileWork | None = None, stats: ScanStats | None = None) -> None:
         super().__init__(store, namespace, name, obj, rootfs=rootfs, work=work)
+        self.stats = stats if stats is not None else ScanStats()
         self.reported = reported  # last count the GM was sent (0 = none, as upstream)
         self.error = error  # the problem last reported to the GM, None once a count cleared it
         self._period = period
@@ -184,10 +194,12 @@ class DatasetMonitor(ObjectLoop):
                 functools.partial(scan, self.obj, self._rootfs, limits=self._work.limits, stop=stop),
                 stop=stop, name=f"dataset-scan:{self.key}")
         except DatasetError as exc:
+            self.stats.failed += 1
             await self._failed(exc)
             return
         finally:
             self.scans += 1
+        self.stats.counted += 1
         self._last_error = None
         if count != self.reported or self.error is not None:
             await self._report(count, None)
@@ -237,9 +249,15 @@ class DatasetManager:
         self._period = period
         self._work = work or FileWork()
         self._monitors: Loops[DatasetMonitor] = Loops()
+        self.stats = ScanStats()  # shared by its monitors: counts outlive a deleted Dataset
 
     def monitor(self, namespace: str, name: str) -> DatasetMonitor | None:
         return self._monitors.get(namespace, name)
+
+    @property
+    def monitored(self) -> int:
+        """Datasets this LC counts now."""
+        return len(self._monitors)
 
     async def upsert(self, namespace: str, name: str, obj: dict[str, Any]) -> None:
         monitor = self._monitors.get(namespace, name)
@@ -249,7 +267,7 @@ class DatasetManager:
         reported, error = await self._reported(namespace, name, obj)
         self._monitors.add(DatasetMonitor(self._store, namespace, name, obj, rootfs=self._rootfs,
                                           period=self._period, reported=reported, error=error,
-                                          work=self._work))
+                                          work=self._work, stats=self.stats))
 
     async def _reported(self, namespace: str, name: str,
                         obj: dict[str, Any]) -> tuple[int, Problem | None]:

@@ -95,3 +95,9 @@ def trim_dead_letters(conn: sqlite3.Connection, bounds: StoreBounds, *,
 def dead_counts(conn: sqlite3.Connection) -> dict[str, int]:
     rows = conn.execute("SELECT reason, COUNT(*) FROM lc_deadletters GROUP BY reason").fetchall()
     return {reason: count for reason, count in rows}
+
+
+def dead_kind_counts(conn: sqlite3.Connection) -> dict[str, int]:
+    """Dead letters held, by kind (the table is capped, so this reads a bounded set)."""
+    rows = conn.execute("SELECT kind, COUNT(*) FROM lc_deadletters GROUP BY kind").fetchall()
+    return {kind: count for kind, count in rows}

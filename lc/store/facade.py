@@ -24,6 +24,7 @@ from lc.store.deadletters import (
     DeadLetter,
     ListedDeadLetter,
     dead_counts,
+    dead_kind_counts,
     move_to_dead_letters,
     trim_dead_letters,
 )
@@ -149,6 +150,12 @@ class Store:
         """Bytes of the reports in the outbox (their JSON bodies)."""
         return (await self._read(lambda c: usage(c, "outbox")))[1]
 
+    async def outbox_oldest(self) -> float | None:
+        """Unix time the oldest report in the outbox was committed; None when it is empty."""
+        row = await self._read(lambda c: c.execute(
+            "SELECT created_at FROM lc_outbox ORDER BY seq LIMIT 1").fetchone())
+        return None if row is None else row[0]
+
     async def write(self, op: Op, *, on_commit: Callable[[Any], None] | None = None) -> Any:
         """Run `op(conn)` in the next group-commit transaction; return its result.
         `on_commit(result)` runs once it committed, even if this caller is cancelled."""
@@ -211,6 +218,10 @@ class Store:
     def dead_letter_counts(self) -> dict[str, int]:
         """Dead letters held, by reason."""
         return dict(self._dead_counts)
+
+    async def dead_letter_kinds(self) -> dict[str, int]:
+        """Dead letters held, by kind."""
+        return await self._read(dead_kind_counts)
 
     @property
     def dropped(self) -> dict[str, int]:

@@ -11,10 +11,12 @@ from pathlib import Path
 from lc.app import LocalController
 from lc.config import load
 from lc.link.dialer import link_factory
+from lc.link.state import BACKOFF, CONNECTED, LinkInfo, LinkMetrics
 from lc.metrics import LCMetrics
 from shared.metrics import CONTENT_TYPE, render, sample, service_registry
 from tests.scrape import families, labelled, samples, value
-from tests.unit.test_lc_support import session
+from tests.unit.test_lc_managers import _dataset as dataset
+from tests.unit.test_lc_support import running_lc, session
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
@@ -68,7 +70,56 @@ async def test_a_fresh_lc_shows_every_documented_family(tmp_path: Path) -> None:
         ("sent", "resent", "acked", "refused", "dropped", "covered"), 0)
     assert value(text, "sedna_lc_outbox_size") == 0
     assert value(text, "sedna_lc_link_connected") == 0
+    assert value(text, "sedna_lc_outbox_oldest_age_seconds") == 0
+    assert labelled(text, "sedna_lc_dataset_scans_total", "result") == {"counted": 0, "failed": 0}
+    assert labelled(text, "sedna_lc_link_state", "state")["stopped"] == 0
+    assert sum(labelled(text, "sedna_lc_link_state", "state").values()) == 1
     assert value(text, "sedna_lc_report_seconds_count") == 0
     assert value(text, "sedna_build_info", service="lc", version=metadata.version("sedna-py"),
                  python=platform.python_version()) == 1
     assert not [s for s in samples(text) if s.name.endswith("_created")]
+
+
+async def test_lc_state_on_the_page_outbox_age_dead_letters_and_dataset_scans(tmp_path: Path) -> None:
+    async with running_lc(tmp_path) as (lc, base):
+        index = tmp_path / "rootfs" / "data" / "index.txt"
+        index.parent.mkdir(parents=True)
+        index.write_text("a\nb\n")
+        await lc.apply_upsert("dataset", "default", "ds", dataset("ds", "/data/index.txt"))
+        await lc.apply_upsert("dataset", "default", "gone", dataset("gone", "/data/none.txt"))
+        assert await lc.store.wait_outbox(0, within=5)
+        monitors = lc.dispatcher.manager("Dataset")
+        await monitors.monitor("default", "gone").scan_once()
+        [entry] = await lc.store.pending()
+        async with session() as http, http.get(f"{base}/metrics") as resp:
+            text = await resp.text()
+        assert lc.store.outbox_size == 1 and value(text, "sedna_lc_outbox_oldest_age_seconds") > 0
+        assert value(text, "sedna_lc_datasets_monitored") == 2
+        scans = labelled(text, "sedna_lc_dataset_scans_total", "result")
+        assert scans["counted"] >= 1 and scans["failed"] >= 1
+        assert labelled(text, "sedna_lc_dead_letters_by_kind", "kind") == {}
+
+        assert await lc.store.dead_letter(entry.seq, reason="unsendable", error="too big")
+        async with session() as http, http.get(f"{base}/metrics") as resp:
+            text = await resp.text()
+        assert labelled(text, "sedna_lc_dead_letters_by_kind", "kind") == {"Dataset": 1}
+        assert value(text, "sedna_lc_outbox_oldest_age_seconds") == 0
+
+
+def test_the_links_state_and_settled_reports_by_kind() -> None:
+    info = LinkInfo(state=BACKOFF)
+    metrics = LinkMetrics(info)
+    text = render(metrics.registry).decode()
+    assert labelled(text, "sedna_lc_link_state", "state") == {
+        "idle": 0, "connecting": 0, "connected": 0, "backoff": 1, "stopped": 0}
+    assert not [s for s in samples(text) if s.name == "sedna_lc_link_kind_reports_total"]
+    info.state = CONNECTED
+    for kind, outcome in (("Dataset", "acked"), ("Dataset", "acked"), ("JointInferenceService", "refused"),
+                          ("Dataset", "unsendable")):
+        info.settled(kind, outcome)
+    text = render(metrics.registry).decode()
+    assert value(text, "sedna_lc_link_state", state="connected") == 1
+    assert {(s.labels["kind"], s.labels["outcome"]): s.value for s in samples(text)
+            if s.name == "sedna_lc_link_kind_reports_total"} == {
+        ("Dataset", "acked"): 2, ("JointInferenceService", "refused"): 1, ("Dataset", "unsendable"): 1}
+    assert "by_kind" not in info.as_dict()  # /readyz shows the totals only
