@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WEED = Path(os.environ.get("SEDNA_WEED") or ROOT / ".tools" / "seaweedfs" / "weed")
 START_TIMEOUT = 60.0  # seconds until the gateway stores an object (about 3 s on an idle machine)
 REGION = "us-east-1"
+STOP_GRACE = 3.0  # seconds between SIGTERM and SIGKILL
 
 
 class S3ServerUnavailable(RuntimeError):
@@ -130,10 +131,12 @@ def _wait_ready(proc: subprocess.Popen, ident: S3Endpoint, log: Path) -> None:
 
 
 def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after STOP_GRACE: weed's own graceful stop takes some 15 s of
+    internal retries, and its data is thrown away anyway."""
     if proc.poll() is None:
         proc.terminate()
         try:
-            proc.wait(timeout=15)
+            proc.wait(timeout=STOP_GRACE)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=15)
@@ -146,13 +149,21 @@ def _tail(log: Path, lines: int = 20) -> str:
         return f"(no log: {exc})"
 
 
+_SLOW_DOWN_BODY = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+                   b"<Message>Please reduce your request rate.</Message></Error>")
+SLOW_DOWN = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\n"
+             b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(_SLOW_DOWN_BODY)) + _SLOW_DOWN_BODY
+
+
 class CountingProxy:
     """A loopback TCP proxy to `upstream` that counts the bytes it relays to the client and the
     connections it accepted; with `upstream=None` it accepts and holds every connection without
-    a byte in either direction (a server that takes connections and never answers)."""
+    a byte in either direction (a server that takes connections and never answers). The first
+    `throttle_first` connections get S3's 503 SlowDown to their first request instead."""
 
-    def __init__(self, upstream: tuple[str, int] | None) -> None:
+    def __init__(self, upstream: tuple[str, int] | None, *, throttle_first: int = 0) -> None:
         self.upstream = upstream
+        self.throttle_first = throttle_first  # connections answered 503 SlowDown, then closed
         self.connections = 0
         self.bytes_down = 0
         self.port = 0
@@ -186,13 +197,18 @@ class CountingProxy:
         try:
             if self.upstream is None:
                 await asyncio.Event().wait()  # held until the proxy stops
+            if self.connections <= self.throttle_first:
+                await reader.readuntil(b"\r\n\r\n")
+                writer.write(SLOW_DOWN)
+                await writer.drain()
+                return
             up_reader, up_writer = await asyncio.open_connection(*self.upstream)
             try:
                 await asyncio.gather(self._pipe(reader, up_writer, count=False),
                                      self._pipe(up_reader, writer, count=True))
             finally:
                 up_writer.close()
-        except (ConnectionError, OSError):
+        except (ConnectionError, OSError, asyncio.IncompleteReadError):
             pass  # either side went away: the proxied connection ends with it
         finally:
             writer.close()

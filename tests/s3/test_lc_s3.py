@@ -29,6 +29,7 @@ from lc.errors import (
 )
 from lc.files import Caps
 from lc.s3 import S3Client, S3Credential, S3Url
+from tests.conftest import eventually
 from tests.s3.conftest import FAST
 from tests.s3server import CountingProxy
 
@@ -224,6 +225,34 @@ async def test_silent_endpoint_times_out_after_bounded_attempts(s3_server, caplo
     assert len(retries(caplog)) == FAST.attempts - 1
     # each attempt waits out the read timeout (2 s), never the request deadline (5 s)
     assert FAST.attempts * FAST.read_timeout <= took < FAST.attempts * (FAST.read_timeout + FAST.backoff_max) + 2
+
+
+async def test_throttled_requests_are_retried_until_they_pass(s3_server, credential, admin, bucket,
+                                                             tmp_path, caplog):
+    data = index_lines(1000)
+    await admin.put_object(Bucket=bucket, Key="ds/index.txt", Body=data)
+    async with CountingProxy(("127.0.0.1", s3_server.port), throttle_first=2) as proxy:
+        via_proxy = dataclasses.replace(credential, endpoint=proxy.endpoint)
+        async with S3Client(via_proxy, settings=FAST) as s3:
+            assert await s3.read(S3Url(bucket, "ds/index.txt"), BIG) == data
+            await s3.upload_bytes(b"ok", S3Url(bucket, "out.txt"))  # a fresh budget per request
+    assert proxy.connections == 3
+    assert [r.error.split(": ", 1)[1] for r in retries(caplog)] == [
+        "the server answered 503 SlowDown: Please reduce your request rate."] * 2
+    assert await body_of(admin, bucket, "out.txt") == b"ok"
+
+
+async def test_cancelled_download_leaves_nothing(s3_server, credential, tmp_path):
+    async with CountingProxy(None) as silent:
+        via_silent = dataclasses.replace(credential, endpoint=silent.endpoint)
+        async with S3Client(via_silent, settings=FAST) as s3:
+            task = asyncio.create_task(s3.download(S3Url("bucket", "x.txt"), str(tmp_path / "x.txt"), BIG))
+            await eventually(lambda: silent.connections == 1, "the download's request")
+            assert os.listdir(tmp_path) == [".x.txt.tmp"]  # written beside the target, then renamed
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+    assert os.listdir(tmp_path) == []
 
 
 async def test_huge_object_is_refused_by_its_size_unread(s3_server, credential, admin, bucket, tmp_path):
