@@ -132,6 +132,7 @@ bench: setup wrk
 	$(PY) bench/lc_bounds.py
 	$(PY) bench/e2e_latency.py
 	$(PY) bench/status_path.py --soak 120
+	$(PY) bench/gm_ui.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .devcluster
