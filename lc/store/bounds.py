@@ -12,6 +12,8 @@ from typing import Any, Generic, TypeVar
 MAX_DEAD_LETTERS = 10_000
 DEAD_LETTER_BODY = 64 << 10
 DEFAULT_WORKER_TTL = 7 * 24 * 3600.0
+USAGE = ("workers", "unknown_owner", "deadletters", "outbox", "outbox_covered")
+"""The entries of lc_usage (lc/store/schema.py keeps them)."""
 DROPPED = ("unknown_owner", "worker", "dead_letter", "outbox_covered")
 """Which cap dropped a record: the unknown owners' bytes, the workers table's bytes, the
 dead letters' bytes or count, or the outbox's bytes (only reports a newer one covers)."""
@@ -45,6 +47,13 @@ def usage(conn: sqlite3.Connection, what: str) -> tuple[int, int]:
     """(records, bytes) of one lc_usage entry."""
     row = conn.execute("SELECT records, bytes FROM lc_usage WHERE what = ?", (what,)).fetchone()
     return (row[0], row[1]) if row else (0, 0)
+
+
+def usages(conn: sqlite3.Connection) -> dict[str, tuple[int, int]]:
+    """(records, bytes) of every lc_usage entry (five rows), in one lookup."""
+    found = {what: (records, size) for what, records, size in
+             conn.execute("SELECT what, records, bytes FROM lc_usage")}
+    return {what: found.get(what, (0, 0)) for what in USAGE}
 
 
 T = TypeVar("T")

@@ -6,6 +6,7 @@ letters by reason, what the caps dropped) are kept here as commits land."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import time
 from collections import Counter
@@ -52,6 +53,9 @@ from lc.store.workers import (
     trim_workers,
     worker_record,
 )
+from shared.logs import kv
+
+log = logging.getLogger(__name__)
 
 DEFAULT_BOUNDS = StoreBounds()
 
@@ -67,13 +71,20 @@ class Store:
         self.clock = clock  # wall-clock seconds: what received_at and the TTLs count in
         self._executor = executor
         self._conn = conn
-        self._committer = GroupCommitter(self._run_batch, executor, observe=observe)
+        self._observe = observe
+        self._committer = GroupCommitter(self._run_batch, executor,
+                                         observe=self._batch_committed)
         self._outbox_grew = asyncio.Event()  # replaced by a fresh one after every set
         self._outbox_size = 0
         self._last_seq = 0
         self.outbox_epoch = ""  # set at open, see lc/store/outbox.py outbox_epoch
         self._dead_counts: dict[str, int] = {}
         self._dropped: Counter[str] = Counter()  # records dropped by a cap, since open
+        # DB thread only, within one batch: the worker records it wrote (key -> received_at)
+        self._written: dict[tuple[str, str], float] = {}
+        # Written by the DB thread once its batch committed, read by _batch_committed on the
+        # loop after that batch's future resolved (one batch at a time): what its sweep dropped.
+        self._swept: Counter[str] = Counter()
         self._open = True
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -299,29 +310,25 @@ class Store:
                             entries: list[tuple[str, str, str, Any]]) -> list[int]:
         """Store a worker's last report and its outbox entries in one transaction. The
         record counts as of an unknown owner unless `routed_kind` names a job this node
-        holds; records beyond the TTLs and caps go in the same transaction. Nothing is
-        stored (OutboxFullError) when the entries would take the outbox over its cap."""
+        holds; records beyond the TTLs and caps go in the same transaction, once for all
+        the reports it holds (`_sweep`). Nothing is stored (OutboxFullError) when the
+        entries would take the outbox over its cap."""
         rows = [outbox_row(k, ns, n, body, report["name"]) for k, ns, n, body in entries]
         text, size = encode_sized(report)
-        bounds, now = self.bounds, self.clock()
+        cap, now = self.bounds.outbox_bytes, self.clock()
         key = (report["namespace"], report["name"])
         worker = (*key, report["ownerKind"], report["ownerName"], text, now, routed_kind, size)
 
-        def op(conn: sqlite3.Connection) -> tuple[Appended, Counter[str]]:
-            check_room(conn, rows, bounds.outbox_bytes)
-            expire_workers(conn, bounds, now)
+        def op(conn: sqlite3.Connection) -> Appended:
+            used = check_room(conn, rows, cap)
             known = routed_kind is not None and holds(conn, routed_kind, key[0],
                                                        report["ownerName"])
             conn.execute(UPSERT_WORKER, (*worker, int(known)))
-            appended = append_rows(conn, rows, cap=bounds.outbox_bytes)
-            return appended, trim_workers(conn, bounds, keep=key)
+            self._written[key] = now
+            return append_rows(conn, rows, cap=cap, used=used)
 
-        appended, _ = await self.write(op, on_commit=self._recorded)
+        appended = await self.write(op, on_commit=self._published)
         return appended.seqs
-
-    def _recorded(self, result: tuple[Appended, Counter[str]]) -> None:
-        self._published(result[0])
-        self._dropped.update(result[1])
 
     async def route_worker(self, namespace: str, name: str, received_at: float, *,
                            routed_kind: str, entries: list[tuple[str, str, str, Any]]) -> bool:
@@ -396,7 +403,7 @@ class Store:
 
         def op(conn: sqlite3.Connection) -> tuple[Counter[str], dict[str, int]]:
             expire_workers(conn, bounds, now)
-            dropped = trim_workers(conn, bounds, keep=None)
+            dropped = trim_workers(conn, bounds)
             dropped.update(dead_letter=trim_dead_letters(conn, bounds, keep=None),
                            outbox_covered=compact_outbox(conn, bounds.outbox_bytes))
             return +dropped, dead_counts(conn)
@@ -489,19 +496,41 @@ class Store:
             raise StoreError(f"read failed: {exc}") from None
 
     def _run_batch(self, ops: list[Op]) -> list[Any]:
-        """One transaction; each op in a savepoint so one failing op spares the others."""
+        """One transaction; each op in a savepoint so one failing op spares the others, then
+        the worker records' housekeeping for all of them (`_sweep`)."""
         conn = self._conn
         results: list[Any] = []
         conn.execute("BEGIN IMMEDIATE")
         try:
             for op in ops:
                 results.append(_run_in_savepoint(conn, op))
+            swept = _run_in_savepoint(conn, self._sweep) if self._written else Counter()
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        finally:
+            self._written.clear()
+        if isinstance(swept, StoreError):  # the reports stand; the next batch sweeps again
+            log.error("store housekeeping failed", extra=kv(error=str(swept)))
+        else:
+            self._swept = swept
         return results
+
+    def _sweep(self, conn: sqlite3.Connection) -> Counter[str]:
+        """After a batch that wrote worker records: delete those past their TTL and the
+        oldest over the byte caps, never a record of this batch; what the caps dropped."""
+        expire_workers(conn, self.bounds, max(self._written.values()))
+        return trim_workers(conn, self.bounds, keep=self._written)
+
+    def _batch_committed(self, size: int, seconds: float) -> None:
+        """Group-commit observer (on the loop, after each committed batch): count what its
+        sweep dropped, then tell the caller's observer."""
+        swept, self._swept = self._swept, Counter()
+        self._dropped.update(swept)
+        if self._observe is not None:
+            self._observe(size, seconds)
 
 
 def _run_in_savepoint(conn: sqlite3.Connection, op: Op) -> Any:

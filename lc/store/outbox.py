@@ -60,8 +60,10 @@ def outbox_row(kind: str, namespace: str, name: str, body: Any, source: str) -> 
             size)
 
 
-def append_rows(conn: sqlite3.Connection, rows: list[Row], *, cap: int) -> Appended:
-    """Insert `rows`; once the outbox is over `cap`, delete the rows newer ones cover."""
+def append_rows(conn: sqlite3.Connection, rows: list[Row], *, cap: int,
+                used: int | None = None) -> Appended:
+    """Insert `rows`; once the outbox is over `cap`, delete the rows newer ones cover.
+    `used`: the outbox's bytes before them, when the caller has just read them."""
     now = time.time()
     seqs = []
     for kind, namespace, name, body, fold, size in rows:
@@ -69,23 +71,26 @@ def append_rows(conn: sqlite3.Connection, rows: list[Row], *, cap: int) -> Appen
                            "fold, bytes) VALUES (?,?,?,?,?,?,?)",
                            (kind, namespace, name, body, now, fold, size))
         seqs.append(cur.lastrowid)
-    return Appended(seqs, compact_outbox(conn, cap))
+    after = None if used is None else used + sum(row[5] for row in rows)
+    return Appended(seqs, compact_outbox(conn, cap, used=after))
 
 
-def check_room(conn: sqlite3.Connection, rows: list[Row], cap: int) -> None:
+def check_room(conn: sqlite3.Connection, rows: list[Row], cap: int) -> int:
     """Refuse (OutboxFullError) rows that would take the outbox over `cap`, counting as
     room what covered rows take and what the rows themselves would cover. An empty outbox
-    takes anything, so no report waits for room that cannot come."""
+    takes anything, so no report waits for room that cannot come. Returns the outbox's
+    bytes (before the rows)."""
     records, used = usage(conn, "outbox")
     adding = sum(row[5] for row in rows)
     if records == 0 or used + adding <= cap:
-        return
+        return used
     covered = usage(conn, "outbox_covered")[1]
     superseded = sum(_newest_bytes(conn, fold) for fold in {row[4] for row in rows} - {None})
     live = used - covered - superseded
     if live + adding > cap:
         raise OutboxFullError(f"the outbox is full: {live} bytes of reports wait for the GM, "
                               f"and {adding} more would pass its cap of {cap}")
+    return used
 
 
 def _newest_bytes(conn: sqlite3.Connection, fold: str) -> int:
@@ -95,9 +100,12 @@ def _newest_bytes(conn: sqlite3.Connection, fold: str) -> int:
     return row[0] if row else 0
 
 
-def compact_outbox(conn: sqlite3.Connection, cap: int) -> int:
-    """Delete the covered rows when the outbox is over `cap`; how many went."""
-    if usage(conn, "outbox")[1] <= cap or usage(conn, "outbox_covered")[0] == 0:
+def compact_outbox(conn: sqlite3.Connection, cap: int, *, used: int | None = None) -> int:
+    """Delete the covered rows when the outbox is over `cap` (its bytes are `used`, or
+    looked up); how many went."""
+    if (usage(conn, "outbox")[1] if used is None else used) <= cap:
+        return 0
+    if usage(conn, "outbox_covered")[0] == 0:
         return 0
     return conn.execute("DELETE FROM lc_outbox WHERE covered = 1").rowcount
 

@@ -3,6 +3,7 @@ hold), dead letters (and each one's body), and listings read page by page."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -110,6 +111,24 @@ async def test_a_report_bigger_than_the_cap_is_kept_until_the_next_one(store: St
     await store.record_report(report("next", "nobody-2", 10), routed_kind=None, entries=[])
     assert await _names(store) == ["next"]
     assert store.dropped == {"unknown_owner": 1}
+
+
+async def test_a_batch_over_the_cap_keeps_every_record_it_wrote(store: Store) -> None:
+    for name in ("old1", "old2"):
+        await store.record_report(report(name, f"nobody-{name}", 30_000), routed_kind=None,
+                                  entries=[])
+    before = store.transactions
+    batch = [f"w{i}" for i in range(5)]  # 150 kB together, over the cap of 100 kB
+    await asyncio.gather(*(store.record_report(report(name, f"nobody-{name}", 30_000),
+                                               routed_kind=None, entries=[]) for name in batch))
+    assert store.transactions == before + 1  # one group commit, swept once
+    assert await _names(store) == batch  # each was answered 200: none dropped by its batch
+    assert store.dropped == {"unknown_owner": 2}
+    await store.record_report(report("next", "nobody-next", 30_000), routed_kind=None,
+                              entries=[])
+    assert await _names(store) == ["next", "w3", "w4"]  # the next batch trims the rest
+    assert store.dropped == {"unknown_owner": 5}
+    assert await _usage(store) == await _sums(store)
 
 
 async def test_reports_of_unknown_owners_expire_sooner(tmp_path: Path, clock: Clock) -> None:
