@@ -199,7 +199,8 @@ def set_condition(
     heartbeat_key: str | None = "lastHeartbeatTime",
     extra: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Return `conditions` with exactly one entry of `type_` carrying these values.
+    """Return `conditions` with exactly one entry of `type_` carrying these values; `reason`
+    (CamelCase) and `message` must not be empty (ObjectError).
 
     The transition time moves only when `status` changes. When nothing but the clock
     would change, the list comes back equal to the input, so a reconcile that finds the
@@ -208,6 +209,10 @@ def set_condition(
     """
     if status not in CONDITION_STATUSES:
         raise ObjectError(f"condition status must be True, False or Unknown, not {status!r}")
+    if not reason.strip() or not message.strip():
+        # an operator reads `kubectl describe`: every condition says why it has its status
+        raise ObjectError(f"condition {type_}={status} needs a reason and a message, "
+                          f"got {reason!r} and {message!r}")
     out = [dict(c) for c in conditions or () if c.get("type") != type_]
     old = find_condition(conditions, type_)
     new = _merged_condition(type_, status, reason=reason, message=message, extra=extra)

@@ -2,7 +2,14 @@
 
 Status is a function of the cluster (level-triggered), not of events: recomputing it from
 the same children gives the same dict, so a reconcile that finds nothing new writes
-nothing. One entry per condition type, upserted, never appended.
+nothing. One entry per condition type, upserted, never appended. Every entry, True or False,
+has a reason and a message (`shared.objects.set_condition` refuses one without): a False
+entry says what holds instead.
+
+A reconcile problem the GM retries by itself (`Problem.retryable`: a Model, Dataset or
+Secret the spec names that does not exist yet, an admission refusal) is a wait, not a
+failure: the kinds show it as their waiting state (`Pending`, or the `Waiting` condition)
+with the problem's reason and message, and it clears when the object appears.
 """
 
 from __future__ import annotations
@@ -56,7 +63,8 @@ def exclusive(conditions: list[dict], types: tuple[str, ...], current: str, *, r
         elif type_ == current:
             conditions = set_condition(conditions, type_, "True", reason=reason, message=message, now=now)
         elif find_condition(conditions, type_) is not None:
-            conditions = set_condition(conditions, type_, "False", reason="", message="", now=now)
+            conditions = set_condition(conditions, type_, "False", reason=reason,
+                                       message=f"{current} instead: {message}", now=now)
     return conditions
 
 
@@ -83,13 +91,19 @@ def waiting_condition(conditions: list[dict], waiting: tuple[str, str] | None, *
         reason, message = waiting
         return set_condition(conditions, WAITING, "True", reason=reason, message=message, now=now)
     if find_condition(conditions, WAITING) is not None:
-        return set_condition(conditions, WAITING, "False", reason="", message="", now=now)
+        return set_condition(conditions, WAITING, "False", reason=NOT_WAITING,
+                             message="nothing the workers need is missing", now=now)
     return conditions
+
+
+NOT_WAITING = "NothingMissing"
+NO_WORKERS = "NoWorkers"
 
 
 def clear_true(conditions: list[dict], now: str) -> list[dict]:
     """No pods yet and no problem: nothing is True."""
     for cond in list(conditions):
         if cond.get("status") == "True" and cond.get("type") != WAITING:
-            conditions = set_condition(conditions, cond["type"], "False", reason="", message="", now=now)
+            conditions = set_condition(conditions, cond["type"], "False", reason=NO_WORKERS,
+                                       message="no worker has started", now=now)
     return conditions

@@ -41,7 +41,7 @@ from typing import Any
 
 from gm.edge.order import parse_time
 from gm.edge.reports import metrics_report
-from gm.kindlib.conditions import clear_true, exclusive, pod_counts
+from gm.kindlib.conditions import WAITING, clear_true, exclusive, pod_counts, waiting_condition
 from gm.kube.resources import PODS
 from gm.reconcile.declaration import Build, Dependencies, KindDeclaration, Observed, Owns, Watches
 from gm.workers.owned import Owner, build_pod
@@ -49,7 +49,7 @@ from gm.workers.specerrors import InvalidSpec
 from gm.workers.storage import StoragePlan
 from gm.workers.template import PodKnobs, checked_template, env_field, env_value, render_template
 from shared import apis
-from shared.objects import deep_get
+from shared.objects import deep_get, find_condition, set_condition
 
 ATTEMPT_ANNOTATION = "sedna.io/attempt"
 CONDITION_TYPES = ("Running", "Completed", "Failed")
@@ -328,7 +328,7 @@ def job_status(cr: Mapping[str, Any], observed: Observed, *, role: str, kind: st
         return status
     now = observed.now
     if observed.problem is not None:
-        return _problem_status(status, observed, now)
+        return _problem_status(status, observed, observed.problem, now)
     state = observe(cr, observed.of(PODS), spec=job_spec(cr["spec"]), role=role, now=now)
     status.update(active=state.active, succeeded=state.succeeded, failed=state.failures,
                   indexFailures=[i.failures for i in state.indexes], phase=_phase(state))
@@ -340,14 +340,25 @@ def job_status(cr: Mapping[str, Any], observed: Observed, *, role: str, kind: st
     return status
 
 
-def _problem_status(status: dict, observed: Observed, now: str) -> dict:
-    """A bad spec: the Failed condition says why; the counters and phase are the pods'."""
+def _problem_status(status: dict, observed: Observed, problem: tuple[str, str], now: str) -> dict:
+    """A bad spec: the Failed condition says why; something missing the GM waits for (a
+    Model that does not exist yet): the Waiting condition says what. The counters and phase
+    are the pods'."""
     active, succeeded, _ = pod_counts(observed.of(PODS))
     status.update(active=active, succeeded=succeeded, phase="Running" if active else "Pending")
     status.setdefault("failed", 0)
-    reason, message = observed.problem or ("", "")
-    status["conditions"] = exclusive(list(status.get("conditions") or []), CONDITION_TYPES,
-                                     "Failed", reason=reason, message=message, now=now)
+    conditions = list(status.get("conditions") or [])
+    reason, message = problem
+    if observed.retrying:
+        failed = find_condition(conditions, "Failed")
+        if failed is not None and failed.get("status") == "True":
+            conditions = set_condition(conditions, "Failed", "False", reason=reason,
+                                       message=f"{WAITING} instead: {message}", now=now)
+        status["conditions"] = waiting_condition(conditions, problem, now=now)
+        return status
+    status["conditions"] = waiting_condition(
+        exclusive(conditions, CONDITION_TYPES, "Failed", reason=reason, message=message, now=now),
+        None, now=now)
     return status
 
 
@@ -360,6 +371,7 @@ def _phase(state: JobState) -> str:
 
 
 def _conditions(conditions: list[dict], state: JobState, kind: str, now: str) -> list[dict]:
+    conditions = waiting_condition(conditions, None, now=now)  # nothing missing any more
     current = _condition(state, kind)
     if current is None:
         return clear_true(conditions, now)

@@ -62,6 +62,7 @@ TYPES = (WAITING, READY, STARTING, RUNNING, COMPLETED, FAILED)
 NEXT_STAGE = {TRAIN: EVAL, EVAL: DEPLOY, DEPLOY: TRAIN}
 WORKER_TYPES = {TRAIN: "train", EVAL: "eval", DEPLOY: "inference"}
 REPORTED_TYPES = {"ready": READY, "completed": COMPLETED, "failed": FAILED, "waiting": WAITING}
+GM_WAITING = "Waiting"  # the reason of a Waiting the stage machine moved to
 REPORTED = "reported by lc"  # upstream's message for an LC's report; ours says why
 REPORTED_REASON = "ReportedByLC"
 MAX_REASON, MAX_MESSAGE = 128, 1024  # characters of an LC's reason and message kept
@@ -116,7 +117,7 @@ def _count(value: Any) -> int:
 def step(pos: Position, phase_of: PhaseOf, *, hot: bool, check: CheckInput) -> Position:
     """The job's next position (the table in the module docstring)."""
     if pos.type not in TYPES:
-        return Position(stage=TRAIN, type=WAITING, reason="Waiting", message="waiting for the train trigger",
+        return Position(stage=TRAIN, type=WAITING, reason=GM_WAITING, message="waiting for the train trigger",
                         cycle=pos.cycle, deploys=pos.deploys)
     if pos.type == WAITING:
         return pos
@@ -126,8 +127,8 @@ def step(pos: Position, phase_of: PhaseOf, *, hot: bool, check: CheckInput) -> P
         return _started(pos, phase_of, hot=hot)
     if pos.type == COMPLETED:
         nxt = NEXT_STAGE[pos.stage]
-        return _moved(pos, nxt, WAITING, "Waiting", f"waiting for the {nxt.lower()} trigger")
-    return _moved(pos, TRAIN, WAITING, "Waiting", f"the {pos.stage.lower()} stage failed; "
+        return _moved(pos, nxt, WAITING, GM_WAITING, f"waiting for the {nxt.lower()} trigger")
+    return _moved(pos, TRAIN, WAITING, GM_WAITING, f"the {pos.stage.lower()} stage failed; "
                   "waiting for the train trigger")
 
 
@@ -185,6 +186,7 @@ def set_current(conditions: list[Mapping[str, Any]], pos: Position, *, now: str)
     """One entry per key (`condition_key`), `pos` the True one and the last; the others False.
     An unchanged current entry is kept as it is, so an unchanged state writes nothing. A list
     written by upstream's GM (appended, repeated types) shrinks to the newest entry per key."""
+    pos = described(pos)
     new = {"type": pos.type, "status": "True", "stage": pos.stage, "reason": pos.reason,
            "message": pos.message, "data": pos.data}
     key = condition_key(new)
@@ -197,13 +199,31 @@ def set_current(conditions: list[Mapping[str, Any]], pos: Position, *, now: str)
         current = dict(old)
     else:
         current = {**new, "lastHeartbeatTime": now, "lastTransitionTime": now}
-    return [*(_false(c, now) for c in newest.values()), current]
+    return [*(_false(c, pos, now) for c in newest.values()), current]
 
 
-def _false(cond: Mapping[str, Any], now: str) -> dict[str, Any]:
-    if cond.get("status") == "False":
-        return dict(cond)
-    return {**cond, "status": "False", "lastTransitionTime": now}
+def described(pos: Position) -> Position:
+    """`pos` with a reason and a message: a state read from a condition written without them
+    (by upstream's GM or LC) gets its type as the reason and says what it is."""
+    if pos.reason.strip() and pos.message.strip():
+        return pos
+    what = f"the {pos.stage.lower()} stage is {pos.type.lower()}"
+    if pos.type == WAITING:
+        what = f"waiting for the {pos.stage.lower()} trigger"
+    return replace(pos, reason=pos.reason.strip() or pos.type or GM_WAITING,
+                   message=pos.message.strip() or what)
+
+
+def _false(cond: Mapping[str, Any], pos: Position, now: str) -> dict[str, Any]:
+    """A former state: it keeps what it said when it was current; one written without a
+    reason or message (by upstream's GM) says what holds instead."""
+    out = dict(cond)
+    if not out.get("reason") or not out.get("message"):
+        out["reason"] = out.get("reason") or "Superseded"
+        out["message"] = out.get("message") or f"the job is {pos.stage}/{pos.type} now"
+    if out.get("status") == "False":
+        return out
+    return {**out, "status": "False", "lastTransitionTime": now}
 
 
 def completed_data(status: Mapping[str, Any] | None, stage: str) -> Mapping[str, Any]:
@@ -407,11 +427,29 @@ def advanced(cr: Mapping[str, Any], pods: list[Mapping[str, Any]], *, kind: str,
 def learning_status(cr: Mapping[str, Any], observed: Observed, *, kind: str, hot: bool,
                     check: CheckInput) -> dict[str, Any]:
     """The job's new status: the next position, or Failed (in the current stage) with the
-    reason when the spec is bad; Failed moves on to Train/Waiting once the spec is fixed."""
+    reason when the spec is bad (it moves on to Train/Waiting once the spec is fixed), or
+    Waiting with the reason while an object the spec names does not exist (`_held`)."""
     old = cr.get("status") or {}
     if observed.problem is not None:
-        reason, message = observed.problem
-        pos = replace(position(old), type=FAILED, reason=reason, message=message)
+        pos = _held(position(old), observed.problem, retrying=observed.retrying)
     else:
-        pos = advanced(cr, observed.of(PODS), kind=kind, hot=hot, check=check)
+        pos = _unheld(advanced(cr, observed.of(PODS), kind=kind, hot=hot, check=check))
     return with_position(old, pos, now=observed.now)
+
+
+def _held(pos: Position, problem: tuple[str, str], *, retrying: bool) -> Position:
+    """Where a problem puts the job: Failed in its stage; or, for one the GM retries (a Model
+    that does not exist yet), Waiting with the problem's reason, in the stage it waited in,
+    else in Train, where the cycle starts again once the object appears (as after a failure)."""
+    reason, message = problem
+    if not retrying:
+        return replace(pos, type=FAILED, reason=reason, message=message)
+    stage = pos.stage if pos.type == WAITING else TRAIN
+    return _moved(pos, stage, WAITING, reason, message)
+
+
+def _unheld(pos: Position) -> Position:
+    """A job that waited on a missing object waits for its trigger once the object is there."""
+    if pos.type != WAITING or pos.reason in (GM_WAITING, REPORTED_REASON):
+        return pos
+    return replace(pos, reason=GM_WAITING, message=f"waiting for the {pos.stage.lower()} trigger")

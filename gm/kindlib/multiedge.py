@@ -199,6 +199,8 @@ def _conditions(conditions: list[dict], observed: Observed, *, failures: list[tu
     now = observed.now
     if observed.problem is not None:
         reason, message = observed.problem
+        if observed.retrying:  # a missing object the GM waits for
+            return exclusive(conditions, CONDITION_TYPES, "Pending", reason=reason, message=message, now=now)
     elif failures:
         reason, message = failures[0]
     elif expected and active >= expected and observed.all_present(DEPLOYMENTS) \

@@ -119,16 +119,17 @@ def status(cr: dict, observed: Observed) -> dict:
     out["failed"] = sum(1 for d in deployments if deployment_failed(d) is not None)
     if deployments and not out.get("startTime"):
         out["startTime"] = observed.now
-    current, reason, message = _condition(deployments, observed.problem)
+    current, reason, message = _condition(deployments, observed.problem, retrying=observed.retrying)
     out["conditions"] = exclusive(list(out.get("conditions") or []), API.condition_types, current,
                                   reason=reason, message=message, now=observed.now)
     return out
 
 
-def _condition(deployments: list[dict], problem: tuple[str, str] | None) -> tuple[str, str, str]:
-    """(type, reason, message) of the one True condition."""
+def _condition(deployments: list[dict], problem: tuple[str, str] | None, *,
+               retrying: bool = False) -> tuple[str, str, str]:
+    """(type, reason, message) of the one True condition; a problem the GM retries waits."""
     if problem is not None:
-        return FAILED, *problem
+        return (PENDING if retrying else FAILED), *problem
     for dep in deployments:
         why = deployment_failed(dep)
         if why is not None:

@@ -278,7 +278,7 @@ def status(job: dict, observed: Observed) -> dict:
     pods = observed.wanted(PODS)
     new = fl_status(job, pods, all_present=observed.all_present(PODS), converged_generation=None,
                     problem=observed.problem, now=observed.now, stranded=stranded(pods, nodes=nodes),
-                    waiting=summary(waits(observed.of(PODS), nodes=nodes)))
+                    waiting=summary(waits(observed.of(PODS), nodes=nodes)), retrying=observed.retrying)
     if observed.rejected is not None:
         new["conditions"] = set_condition(new.get("conditions"), "Training", "True",
                                           reason="SpecEditRejected", message=observed.rejected,
@@ -314,11 +314,15 @@ def fl_phase(pods: list[Mapping[str, Any]], *, all_present: bool, stranded: Coll
 
 def fl_status(job: Mapping[str, Any], pods: list[Mapping[str, Any]], *, all_present: bool,
               converged_generation: int | None, problem: tuple[str, str] | None, now: str,
-              stranded: Collection[str] = (), waiting: tuple[str, str] | None = None) -> dict:
-    """The FL job's new status. `problem` = (reason, message) of a bad spec, if any;
+              stranded: Collection[str] = (), waiting: tuple[str, str] | None = None,
+              retrying: bool = False) -> dict:
+    """The FL job's new status. `problem` = (reason, message) of a bad spec, if any (with
+    `retrying`, of something missing the GM waits for: the `Waiting` condition, not Failed);
     `converged_generation` = the generation the pods now run, when they all match it;
     `stranded` = pods that cannot run (not counted active); `waiting` = (reason, message)
     of what the workers wait on (waiting.summary), if anything."""
+    if problem is not None and retrying:
+        problem, waiting = None, problem
     status = dict(job.get("status") or {})
     active, succeeded, failed = pod_counts(pods, stranded=stranded)
     phase = fl_phase(pods, all_present=all_present, stranded=stranded)

@@ -192,12 +192,14 @@ def build(ji: dict, deps: Dependencies) -> Children:
 
 def status(ji: dict, observed: Observed) -> dict:
     return ji_status(ji, observed.of(DEPLOYMENTS), expected=WORKERS, converged_generation=None,
-                     problem=observed.problem, now=observed.now)
+                     problem=observed.problem, now=observed.now, retrying=observed.retrying)
 
 
 def ji_status(ji: Mapping[str, Any], deployments: list[Mapping[str, Any]], *, expected: int,
-              converged_generation: int | None, problem: tuple[str, str] | None, now: str) -> dict:
-    """The JI service's new status: active/failed workers, one condition per type."""
+              converged_generation: int | None, problem: tuple[str, str] | None, now: str,
+              retrying: bool = False) -> dict:
+    """The JI service's new status: active/failed workers, one condition per type; a
+    `retrying` problem (a Model that does not exist yet) is Pending, any other Failed."""
     status = dict(ji.get("status") or {})
     active = sum(1 for d in deployments if deployment_active(d))
     failures = [(deep_get(d, "metadata", "name"), why) for d in deployments
@@ -207,8 +209,8 @@ def ji_status(ji: Mapping[str, Any], deployments: list[Mapping[str, Any]], *, ex
         status["startTime"] = now
     conditions = list(status.get("conditions") or [])
     if problem is not None:
-        conditions = exclusive(conditions, CONDITION_TYPES, "Failed", reason=problem[0],
-                                message=problem[1], now=now)
+        conditions = exclusive(conditions, CONDITION_TYPES, "Pending" if retrying else "Failed",
+                               reason=problem[0], message=problem[1], now=now)
     elif failures:
         name, why = failures[0]
         conditions = exclusive(conditions, CONDITION_TYPES, "Failed", reason="WorkerFailed",

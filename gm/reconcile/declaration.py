@@ -108,7 +108,8 @@ class Dependencies:
 class Observed:
     """What `status` sees: the CR's children now, what was desired, and how the reconcile went.
 
-    `desired` is None when the build failed (`problem` says why); `in_progress` is True for
+    `desired` is None when the build failed (`problem` says why, `retrying` whether the GM
+    retries it by itself, so the kind shows a wait rather than a failure); `in_progress` is True for
     the status written between batches of a large plan; `rejected` is why an edit was not
     applied (`KindDeclaration.reject_edits`); `nodes` holds the known node names when the
     kind watches Nodes."""
@@ -118,6 +119,7 @@ class Observed:
     converged: bool
     now: str
     problem: tuple[str, str] | None = None
+    retrying: bool = False  # the problem is one the GM retries (a missing Model): a wait, not a failure
     in_progress: bool = False
     rejected: str | None = None
     nodes: frozenset[str] | None = None

@@ -13,6 +13,11 @@ Two sources stop a reconcile on something the user (or time) must fix:
 Both become a `Problem` (a CamelCase reason, a message, whether time alone can fix it);
 `executor.report_problem` writes it as a condition and a Warning event, then ends the
 reconcile with its outcome: a retryable problem backs off, any other waits for a change.
+The status says the same: a retryable problem is shown as the kind's waiting state
+(`Pending`, or its `Waiting` condition) with the reason, since it clears by itself once
+what is missing appears; any other as `Failed`. (Upstream writes a missing Model at
+creation as a terminal `Failed`, spec/upstream-gm.md section 6 items 3 and 14: it never
+writes `Pending`.)
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ everything from the caches:
 5. not converged: look again after `requeue_after`; a `wake` deadline: look again then.
 
 A bad spec (`SpecError` from build) or a child the API server refuses becomes the kind's
-Failed condition and a Warning event (executor.report_problem). The kind module holds no
+Failed condition and a Warning event (executor.report_problem); one the GM retries (a Model
+that does not exist yet) becomes its waiting state instead (`Observed.retrying`). The kind module holds no
 controller code: its declaration, its build and its status are all there is to a kind.
 
 Informers are shared: one per child type for every kind (`Context.children`, selected by
@@ -238,7 +239,8 @@ class KindController:
         observed = Observed(
             children=self._children(cr), desired=desired, converged=converged, now=now_rfc3339(),
             problem=(problem.reason, problem.message) if problem is not None else None,
-            in_progress=in_progress, rejected=rejected, nodes=self._nodes())
+            retrying=problem is not None and problem.retryable, in_progress=in_progress,
+            rejected=rejected, nodes=self._nodes())
         last: dict[str, Any] = {}
 
         def mutate(status: dict) -> dict:

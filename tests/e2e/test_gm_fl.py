@@ -119,7 +119,7 @@ async def test_deleting_job_while_pods_are_deleted_leaves_nothing(gm, api, sedna
     assert pods_of(dc, uid) == {}
 
 
-async def test_missing_dataset_sets_condition_then_recovers(gm, api, sedna_cluster):
+async def test_missing_dataset_is_a_wait_then_recovers(gm, api, sedna_cluster):
     dc = sedna_cluster
     docs = load_example("federated-learning-surface-defect.yaml")
     model = next(d for d in docs if d["kind"] == "Model")
@@ -128,17 +128,21 @@ async def test_missing_dataset_sets_condition_then_recovers(gm, api, sedna_clust
     await api.create(GVR("sedna.io", "v1alpha1", "models"), model, namespace=NS)
     created = await api.create(FL, job, namespace=NS)
 
-    def failed_condition():
-        st = dc.store.get(rt(dc, FL), NS, JOB).get("status") or {}
-        return next((c for c in st.get("conditions", []) if c["type"] == "Failed" and c["status"] == "True"), None)
+    def status():
+        return dc.store.get(rt(dc, FL), NS, JOB).get("status") or {}
 
-    cond = await eventually(failed_condition, within=10, message="Failed condition")
+    def true_condition(type_: str):
+        return next((c for c in status().get("conditions", []) if c["type"] == type_ and c["status"] == "True"), None)
+
+    cond = await eventually(lambda: true_condition("Waiting"), within=10, message="Waiting condition")
     assert cond["reason"] == "DatasetNotFound"
-    assert "edge1-surface-defect-detection-dataset" in cond["message"]
+    assert "Dataset default/edge1-surface-defect-detection-dataset does not exist" in cond["message"]
+    assert status()["phase"] == "Pending" and true_condition("Failed") is None
     for ds in datasets:
         await api.create(GVR("sedna.io", "v1alpha1", "datasets"), ds, namespace=NS)
     await eventually(lambda: len(pods_of(dc, created["metadata"]["uid"])) == 3, within=10, message="pods after fix")
-    await eventually(lambda: failed_condition() is None, within=10, message="Failed cleared")
+    await eventually(lambda: true_condition("Waiting") is None, within=10, message="Waiting cleared")
+    assert true_condition("Failed") is None
 
 
 async def test_reject_policy_leaves_workers_and_says_why(start_gm, api, sedna_cluster):

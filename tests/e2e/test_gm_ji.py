@@ -133,25 +133,27 @@ async def test_deleted_deployment_is_recreated(gm, api, sedna_cluster):
     assert new["metadata"]["ownerReferences"][0]["uid"] == ji["metadata"]["uid"]
 
 
-async def test_missing_model_is_reported_not_fatal(gm, api, sedna_cluster):
+async def test_missing_model_is_a_pending_wait_not_a_failure(gm, api, sedna_cluster):
     dc = sedna_cluster
     docs = load_example("joint-inference-helmet-detection.yaml")
     ji = next(d for d in docs if d["kind"] == "JointInferenceService")
     await api.create(JI, ji, namespace=NS)
 
-    def failed():
+    def true_condition(type_: str):
         st = (get(dc, JI, SVC) or {}).get("status") or {}
-        return next((c for c in st.get("conditions", []) if c["type"] == "Failed" and c["status"] == "True"), None)
+        return next((c for c in st.get("conditions", []) if c["type"] == type_ and c["status"] == "True"), None)
 
-    cond = await eventually(failed, within=10, message="Failed condition")
-    assert cond["reason"] == "ModelNotFound"
+    cond = await eventually(lambda: true_condition("Pending"), within=10, message="Pending condition")
+    assert cond["reason"] == "ModelNotFound" and "does not exist" in cond["message"], cond
+    assert true_condition("Failed") is None
     ev_rt = dc.store.registry.lookup(group="", version="v1", resource="events")
     await eventually(lambda: any(e["reason"] == "ModelNotFound" and e["type"] == "Warning"
                                for e in dc.store.list(ev_rt, NS)[0]), within=5, message="Warning event")
     for m in (d for d in docs if d["kind"] == "Model"):
         await api.create(GVR("sedna.io", "v1alpha1", "models"), m, namespace=NS)
     await eventually(lambda: get(dc, DEPLOYMENTS, EDGE), within=10, message="deployments after the fix")
-    await eventually(lambda: failed() is None, within=10)
+    await eventually(lambda: (c := true_condition("Pending")) is None or c["reason"] != "ModelNotFound", within=10)
+    assert true_condition("Failed") is None
 
 
 async def test_kubectl_get_ji_fl_is_informative(gm, api, sedna_cluster, kubectl):

@@ -116,6 +116,7 @@ async def test_children_are_owned_shown_and_cascade_deleted(case: KindCase, gm, 
         lambda: _healthy(api, case), within=WAIT,
         message=f"{case.kind} healthy with observedGeneration 1")
     assert status["observedGeneration"] == 1
+    assert_every_condition_says_why(status)
     rc, out, err = await kubectl("get", apis.require(case.kind).plural)
     assert rc == 0, err
     header = out.splitlines()[0].split()
@@ -197,8 +198,52 @@ async def test_a_bad_spec_is_a_condition_and_a_warning_event(case: KindCase, gm,
     cond = await eventually(failed, within=WAIT, message=f"{case.failed_type} condition")
     assert cond["reason"] == case.bad_reason, cond
     assert cond.get("message")
+    assert_every_condition_says_why(await status_of(api, case))
     events_rt = sedna_cluster.store.registry.lookup(group="", version="v1", resource="events")
     await eventually(lambda: any(e["reason"] == case.bad_reason and e["type"] == "Warning"
                                  and e["involvedObject"]["name"] == cr_name(case)
                                  for e in sedna_cluster.store.list(events_rt, NS)[0]),
                      within=WAIT, message="Warning event")
+
+
+def assert_every_condition_says_why(status: dict) -> None:
+    """Each condition, True or False, with a reason and a message an operator can read."""
+    conditions = status.get("conditions") or []
+    assert conditions, status
+    for cond in conditions:
+        assert (cond.get("reason") or "").strip() and (cond.get("message") or "").strip(), cond
+
+
+WITH_PREREQUISITES = [pytest.param(case, id=case.kind) for case in _cases() if case.prerequisites]
+
+
+@pytest.mark.parametrize("case", WITH_PREREQUISITES)
+async def test_a_missing_model_or_dataset_is_a_wait_that_ends_when_it_appears(case: KindCase, gm, api):
+    """Created before the objects it names, the CR waits (Pending / Waiting, with the reason
+    and the name), never Failed; once they exist it proceeds to healthy on its own."""
+    created = await api.create(cr_gvr(case), copy.deepcopy(case.manifest), namespace=NS)
+
+    async def waiting() -> dict | None:
+        status = await status_of(api, case)
+        return next((c for c in status.get("conditions") or () if c.get("status") == "True"
+                     and c.get("type") in ("Pending", "Waiting") and c.get("reason", "").endswith("NotFound")),
+                    None)
+
+    cond = await eventually(waiting, within=WAIT, message=f"{case.kind} waiting for what it names")
+    status = await status_of(api, case)
+    kind = cond["reason"].removesuffix("NotFound")
+    named = [f"{kind} {NS}/{o['metadata']['name']} does not exist" for o in case.prerequisites
+             if o["kind"] == kind]
+    assert any(text in cond["message"] for text in named), cond
+    assert status.get("phase") in (None, "Pending"), status
+    assert not any(c.get("type") == "Failed" and c.get("status") == "True" for c in status["conditions"]), status
+    assert_every_condition_says_why(status)
+    for obj in case.prerequisites:
+        await api.create(sedna_gvr(apis.require(obj["kind"])), copy.deepcopy(obj), namespace=NS)
+    if case.started is not None:
+        await case.started(api, created)
+    healthy = await eventually(lambda: _healthy(api, case), within=WAIT,
+                               message=f"{case.kind} healthy once what it names exists")
+    assert not any(c.get("reason", "").endswith("NotFound") and c.get("status") == "True"
+                   for c in healthy["conditions"]), healthy
+    assert_every_condition_says_why(healthy)

@@ -402,10 +402,10 @@ def observed_deployment(*, available: int = 0, replicas: int = 1, conditions=(),
     return dep
 
 
-def observe(deployments=(), *, problem=None, now=NOW) -> Observed:
+def observe(deployments=(), *, problem=None, retrying=False, now=NOW) -> Observed:
     desired = None if problem else {"deployments": {DEP: {}}, "services": {SVC: {}}}
     return Observed(children={"deployments": list(deployments), "services": []}, desired=desired,
-                    converged=problem is None, now=now, problem=problem)
+                    converged=problem is None, now=now, problem=problem, retrying=retrying)
 
 
 def conditions(status: dict) -> dict[str, tuple[str, str]]:
@@ -437,7 +437,9 @@ def test_status_running_once_a_replica_is_available():
     cr["status"] = fe.status(cr, observe([observed_deployment()]))
     status = fe.status(cr, observe([observed_deployment(available=1)], now=LATER))
     assert (status["active"], status["failed"], status["startTime"]) == (1, 0, NOW)
-    assert conditions(status) == {"Pending": ("False", ""), "Running": ("True", "WorkersAvailable")}
+    assert conditions(status) == {"Pending": ("False", "WorkersAvailable"), "Running": ("True", "WorkersAvailable")}
+    pending = next(c for c in status["conditions"] if c["type"] == "Pending")
+    assert pending["message"] == "Running instead: 1/1 replicas available"
     running = next(c for c in status["conditions"] if c["type"] == "Running")
     assert running["lastTransitionTime"] == LATER and running["message"] == "1/1 replicas available"
 
@@ -458,18 +460,23 @@ def test_a_failing_deployment_is_failed_then_recovers(cond):
     assert (failed["reason"], failed["message"]) == ("WorkerFailed", f"deployment {DEP}: {cond['message']}")
     healed = fe.status(cr, observe([observed_deployment(available=1)], now=LATER))
     assert true_ones(healed) == ["Running"]
-    assert conditions(healed)["Failed"] == ("False", "")
+    assert conditions(healed)["Failed"] == ("False", "WorkersAvailable")
     assert [c["type"] for c in healed["conditions"]] == ["Running", "Failed"]  # upserted, never appended
 
 
-def test_a_problem_is_failed_with_its_reason_and_not_terminal():
+@pytest.mark.parametrize(("problem", "retrying", "shown"), [
+    pytest.param(("ModelNotFound", f"Model {NS}/{MODEL_NAME} does not exist"), True, "Pending",
+                 id="missing-model-waits"),
+    pytest.param(("InvalidSpec", "spec.model.name must be a non-empty string"), False, "Failed",
+                 id="bad-spec-fails"),
+])
+def test_a_problem_is_shown_with_its_reason_and_not_terminal(problem, retrying, shown):
     cr = service()
     cr["status"] = fe.status(cr, observe([observed_deployment(available=1)]))
-    bad = fe.status(cr, observe([observed_deployment(available=1)],
-                                problem=("ModelNotFound", f"Model {NS}/{MODEL_NAME} does not exist")))
-    assert true_ones(bad) == ["Failed"]
-    failed = next(c for c in bad["conditions"] if c["type"] == "Failed")
-    assert (failed["reason"], failed["message"]) == ("ModelNotFound", f"Model {NS}/{MODEL_NAME} does not exist")
+    bad = fe.status(cr, observe([observed_deployment(available=1)], problem=problem, retrying=retrying))
+    assert true_ones(bad) == [shown]
+    current = next(c for c in bad["conditions"] if c["type"] == shown)
+    assert (current["reason"], current["message"]) == problem
     cr["status"] = bad
     assert true_ones(fe.status(cr, observe([observed_deployment(available=1)], now=LATER))) == ["Running"]
     assert not fe.DECLARATION.finished(cr)

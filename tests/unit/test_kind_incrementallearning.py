@@ -182,9 +182,9 @@ def test_bad_specs_are_spec_errors_with_a_reason(change, error, reason):
     assert exc.value.reason == reason
 
 
-def observed(cr: dict, pods=(), problem=None) -> Observed:
+def observed(cr: dict, pods=(), problem=None, retrying=False) -> Observed:
     return Observed(children={"pods": list(pods)}, desired=None if problem else {"pods": {}}, converged=True,
-                    now=NOW, problem=problem)
+                    now=NOW, problem=problem, retrying=retrying)
 
 
 def pod(name: str, worker_type: str, phase: str) -> dict:
@@ -206,15 +206,40 @@ def test_status_follows_the_train_pod_to_completion():
 
 def test_a_bad_spec_is_the_failed_condition_and_clears_to_train_waiting():
     cr = job()
-    failed = il.status(cr, observed(cr, problem=("ModelNotFound", "Model default/x does not exist")))
+    bad = ("InvalidSpec", "spec.deploySpec.model.name must be a non-empty string")
+    failed = il.status(cr, observed(cr, problem=bad))
     current = failed["conditions"][-1]
     assert (current["type"], current["status"], current["reason"], current["stage"]) == (
-        "Failed", "True", "ModelNotFound", "Train")
+        "Failed", "True", "InvalidSpec", "Train")
     cr["status"] = failed
-    assert il.status(cr, observed(cr, problem=("ModelNotFound", "Model default/x does not exist"))) == failed
+    assert il.status(cr, observed(cr, problem=bad)) == failed
     cr["status"] = failed
     fixed = il.status(cr, observed(cr))
     assert (fixed["conditions"][-1]["type"], fixed["conditions"][-1]["stage"]) == ("Waiting", "Train")
+
+
+@pytest.mark.parametrize("before", [
+    pytest.param(None, id="new-job"),
+    pytest.param(Position(stage="Eval", type="Waiting", reason="Waiting", message="waiting for the eval trigger",
+                          cycle=1), id="waiting-in-eval"),
+    pytest.param(Position(stage="Train", type="Running", reason="WorkerRunning", message="the train worker is running",
+                          data=TRAIN_DATA, cycle=1), id="training"),
+])
+def test_a_missing_model_is_a_wait_with_its_reason_that_clears_when_it_appears(before):
+    cr = job() if before is None else at(before)
+    missing = ("ModelNotFound", "Model default/initial-model does not exist")
+    waiting = il.status(cr, observed(cr, problem=missing, retrying=True))
+    current = waiting["conditions"][-1]
+    stage = "Eval" if before is not None and before.type == "Waiting" else "Train"
+    assert (current["stage"], current["type"], current["status"], current["reason"], current["message"]) == (
+        stage, "Waiting", "True", "ModelNotFound", "Model default/initial-model does not exist")
+    assert not any(c["type"] == "Failed" and c["status"] == "True" for c in waiting["conditions"])
+    cr["status"] = waiting
+    assert il.status(cr, observed(cr, problem=missing, retrying=True)) == waiting
+    fixed = il.status(cr, observed(cr))
+    current = fixed["conditions"][-1]
+    assert (current["stage"], current["type"], current["reason"], current["message"]) == (
+        stage, "Waiting", "Waiting", f"waiting for the {stage.lower()} trigger")
 
 
 def test_a_ready_without_models_fails_the_stage_and_builds_no_train_pod():

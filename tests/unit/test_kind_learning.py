@@ -144,7 +144,17 @@ def test_a_new_state_moves_the_transition_time_of_both_entries():
 def test_the_current_position_is_the_last_true_condition():
     status = with_position({}, Position(stage=EVAL, type=RUNNING, data="d", cycle=2, deploys=1), now=NOW)
     assert position(status) == Position(stage=EVAL, type=RUNNING, data="d", cycle=2, deploys=1,
-                                        reason="", message="")
+                                        reason="Running", message="the eval stage is running")
+
+
+def test_every_condition_written_says_why_even_one_upstream_left_bare():
+    """Upstream's GM writes its states with empty reasons and messages; ours never does."""
+    bare = {"conditions": [{"type": "Completed", "status": "True", "stage": TRAIN, "data": "d"},
+                           {"type": "Waiting", "status": "True", "stage": EVAL}]}
+    status = with_position(bare, position(bare), now=NOW)
+    assert [(c["type"], c["status"], c["reason"], c["message"]) for c in status["conditions"]] == [
+        ("Completed", "False", "Superseded", "the job is Eval/Waiting now"),
+        ("Waiting", "True", "Waiting", "waiting for the eval trigger")]
 
 
 def test_pods_are_found_by_worker_type_label_and_cycle_name_not_by_name_alone():

@@ -144,9 +144,15 @@ T0, T1, T2 = "2025-03-01T10:00:00Z", "2025-03-01T10:05:00Z", "2025-03-01T10:09:0
 
 
 def test_set_condition_appends_new_type():
-    conds = set_condition([], "Running", "True", reason="", message="", now=T0)
-    assert conds == [{"type": "Running", "status": "True", "reason": "", "message": "",
-                      "lastHeartbeatTime": T0, "lastTransitionTime": T0}]
+    conds = set_condition([], "Running", "True", reason="WorkersAvailable", message="all up", now=T0)
+    assert conds == [{"type": "Running", "status": "True", "reason": "WorkersAvailable",
+                      "message": "all up", "lastHeartbeatTime": T0, "lastTransitionTime": T0}]
+
+
+@pytest.mark.parametrize(("reason", "message"), [("", "m"), ("R", ""), (" ", "m"), ("R", "  ")])
+def test_set_condition_refuses_a_condition_that_does_not_say_why(reason: str, message: str):
+    with pytest.raises(ObjectError, match="needs a reason and a message"):
+        set_condition([], "Pending", "False", reason=reason, message=message, now=T0)
 
 
 def test_set_condition_moves_transition_time_only_on_status_change():
@@ -187,4 +193,4 @@ def test_set_condition_without_transition_key_and_with_extra():
 
 def test_set_condition_rejects_bad_status():
     with pytest.raises(ObjectError, match="True, False or Unknown"):
-        set_condition([], "Running", "true", reason="", message="", now=T0)
+        set_condition([], "Running", "true", reason="R", message="m", now=T0)

@@ -67,14 +67,31 @@ def test_fl_status_unchanged_state_is_identical():
 def test_fl_problem_sets_failed_condition_and_recovers():
     job = {"metadata": {"generation": 1}, "status": {}}
     st = fl_status(job, [], all_present=False, converged_generation=None,
-                   problem=("DatasetNotFound", 'dataset "d1" not found'), now=T0)
+                   problem=("InvalidSpec", "spec.trainingWorkers needs at least one worker"), now=T0)
     failed = find_condition(st["conditions"], "Failed")
-    assert (failed["status"], failed["reason"]) == ("True", "DatasetNotFound")
+    assert (failed["status"], failed["reason"]) == ("True", "InvalidSpec")
     assert "observedGeneration" not in st and st["phase"] == "Pending"
     st2 = fl_status({**job, "status": st}, [pod("Running")], all_present=True, converged_generation=1,
                     problem=None, now=T1)
     assert find_condition(st2["conditions"], "Failed")["status"] == "False"
     assert find_condition(st2["conditions"], "Training")["status"] == "True"
+
+
+def test_fl_missing_dataset_waits_pending_with_its_reason_and_recovers():
+    job = {"metadata": {"generation": 1}, "status": {}}
+    missing = ("DatasetNotFound", "Dataset default/d1 does not exist")
+    st = fl_status(job, [], all_present=False, converged_generation=None, problem=missing, now=T0,
+                   retrying=True)
+    assert st["phase"] == "Pending" and find_condition(st["conditions"], "Failed") is None
+    waiting = find_condition(st["conditions"], "Waiting")
+    assert (waiting["status"], waiting["reason"], waiting["message"]) == ("True", *missing)
+    st2 = fl_status({**job, "status": st}, [pod("Running")], all_present=True, converged_generation=1,
+                    problem=None, now=T1)
+    assert st2["phase"] == "Running"
+    assert find_condition(st2["conditions"], "Training")["status"] == "True"
+    cleared = find_condition(st2["conditions"], "Waiting")
+    assert (cleared["status"], cleared["reason"]) == ("False", "NothingMissing")
+    assert all(c["reason"] and c["message"] for c in st2["conditions"])
 
 
 def dep(name, available, conditions=()):

@@ -35,7 +35,8 @@ class KindCase:
     healthy: Callable[[dict[str, Any]], bool] = lambda status: True
     # printer column headers `kubectl get <plural>` must show
     columns: tuple[str, ...] = ("NAME", "AGE")
-    # the condition type a bad spec sets True
+    # the condition type a bad spec sets True (a missing Model or Dataset is a wait:
+    # `Pending` or `Waiting`, not `Failed`)
     failed_type: str = "Failed"
     # what the edge does once the CR exists, for a kind whose children wait on it (a learning
     # job's stage report): called with the API client and the created CR

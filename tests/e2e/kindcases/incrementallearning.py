@@ -42,5 +42,6 @@ CASES = [
         bad_reason="ModelNotFound",
         healthy=lambda status: _current(status) == ("Train", "Waiting"),
         columns=("NAME", "STAGE", "STATUS", "AGE"),
+        failed_type="Waiting",
     ),
 ]

@@ -49,6 +49,7 @@ CASES = [
         bad_reason="ModelNotFound",
         healthy=lambda status: "Running" in _conditions(status),
         columns=("NAME", "STATUS", "ACTIVE", "FAILED", "AGE"),
+        failed_type="Pending",
     ),
     KindCase(
         kind="FederatedLearningJob",

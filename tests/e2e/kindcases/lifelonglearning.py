@@ -69,6 +69,7 @@ CASES = [
         bad_reason="DatasetNotFound",
         healthy=lambda status: (status.get("deploys") or 0) >= 1,
         columns=("NAME", "STAGE", "STATUS", "AGE"),
+        failed_type="Waiting",
         started=report_deploy_ready,
     ),
 ]
