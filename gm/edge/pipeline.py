@@ -50,6 +50,7 @@ from gm.kube.apierrors import ApiError, BadRequest, Invalid, NotFound
 from gm.kube.resources import GVR
 from gm.kube.statuswriter import StatusWriter
 from shared.logs import event
+from shared.text import clip
 
 log = logging.getLogger("sedna.gm.edge.pipeline")
 
@@ -183,14 +184,25 @@ class StatusPipeline:
                 self.stats.retries += 1
                 event(log, "status write failed, retrying", level=logging.WARNING if delay >= self._max_delay else logging.INFO,
                       key=_what(key), reports=len(batch), retry_in=delay, error=str(exc))
-            except Exception as exc:  # a kind's mutation with a bug: no ack, the LC resends
-                event(log, "status write crashed", level=logging.ERROR, exc_info=True, key=_what(key))
-                for report in batch:
-                    _fail(report.done, exc)
+            except Exception as exc:  # noqa: BLE001  a mutation that cannot take its report
+                await self._crashed(key, batch, exc)
                 return
             await asyncio.sleep(delay)
             delay = min(delay * 2, self._max_delay)
             batch = self._take(queue, batch)
+
+    async def _crashed(self, key: ObjectKey, batch: list[_Report], exc: Exception) -> None:
+        """A write whose mutation raised (the client's failures are all ApiError, so this is a
+        kind's code meeting a report it cannot take): it would raise again on every resend, so
+        the report that raises alone is refused for good, with the error, and the others of its
+        batch are written without it."""
+        if len(batch) > 1:
+            for report in batch:
+                await self._write_until_settled(key, _Queue(), [report])
+            return
+        event(log, "status write crashed", level=logging.ERROR, exc_info=exc, key=_what(key))
+        self._refuse(key, batch, f"the GM cannot apply this report to {_what(key)}: "
+                                 f"{type(exc).__name__}: {clip(str(exc))}")
 
     async def _one_by_one(self, key: ObjectKey, batch: list[_Report], exc: ApiError) -> None:
         """A batch the API server refuses for good: find the reports it refuses alone."""

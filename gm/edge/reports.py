@@ -161,6 +161,8 @@ def parse_dataset_status(body: Mapping[str, Any]) -> DatasetReport:
                             f"characters, got {reason!r:.140}")
     if not isinstance(message, str):
         raise ReportInvalid(f"error.message must be a string, got {_type_name(message)}")
+    if not message.strip():
+        raise ReportInvalid("error.message must not be empty: the IndexReadable condition needs a message")
     return DatasetReport(count, IndexProblem(reason, message[:MAX_CONDITION_MESSAGE]))
 
 

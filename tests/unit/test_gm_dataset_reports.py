@@ -77,6 +77,7 @@ def test_upstream_decoding_keeps_the_count_of_a_problem_report() -> None:
     pytest.param({"reason": "R" * 129, "message": "m"}, "of at most 128 characters", id="long-reason"),
     pytest.param({"reason": "NotFound", "message": 3}, "error.message must be a string, got int",
                  id="message-type"),
+    pytest.param({"reason": "NotFound", "message": " "}, "error.message must not be empty", id="empty-message"),
 ])
 def test_malformed_problems_are_refused(error, message: str) -> None:
     with pytest.raises(ReportInvalid, match=message):

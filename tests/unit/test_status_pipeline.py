@@ -181,6 +181,25 @@ async def test_a_refused_batch_is_split_so_only_the_bad_report_is_refused(api: M
     assert "huge" not in status and status["count"] == 3 and pipeline.stats.refused == 1
 
 
+@pytest.mark.expect_log_errors(r"^sedna.gm.edge.pipeline: status write crashed ")
+async def test_a_report_its_mutation_cannot_take_is_refused_for_good_and_others_flow(
+        api: MemApi, pipeline: StatusPipeline):
+    """A mutation that raises would raise again on every resend: refused (the LC dead-letters
+    it), not left unacked; the reports written with it in one batch are applied without it."""
+    def cannot(status: dict[str, Any]) -> dict[str, Any]:
+        raise ValueError("a condition needs a reason and a message")
+    api.fail = [Unavailable(503, "ServiceUnavailable", "down")]  # holds the first write so the rest queue up
+    first = pipeline.submit(JI, NS, "ji", stamp(1), set_count(1))
+    await asyncio.sleep(0)
+    bad = pipeline.submit(JI, NS, "ji", stamp(2), cannot)
+    good = pipeline.submit(JI, NS, "ji", stamp(3), set_count(3))
+    with pytest.raises(ReportRefused, match="cannot apply this report.*ValueError: a condition needs"):
+        await asyncio.wait_for(bad, 5)
+    assert (await first).applied and (await good).applied
+    assert api.objects[("jointinferenceservices", "ji")]["status"]["count"] == 3
+    assert pipeline.stats.refused == 1
+
+
 async def test_a_missing_object_refuses_its_reports(pipeline: StatusPipeline):
     with pytest.raises(ReportRefused, match="does not exist"):
         await asyncio.wait_for(pipeline.submit(JI, NS, "gone", stamp(1), set_count(1)), 5)
