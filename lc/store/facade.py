@@ -74,7 +74,7 @@ class Store:
         self._observe = observe
         self._committer = GroupCommitter(self._run_batch, executor,
                                          observe=self._batch_committed)
-        self._outbox_grew = asyncio.Event()  # replaced by a fresh one after every set
+        self._outbox_grew = asyncio.Event()  # set and cleared at once as entries commit
         self._outbox_size = 0
         self._last_seq = 0
         self.outbox_epoch = ""  # set at open, see lc/store/outbox.py outbox_epoch
@@ -176,15 +176,16 @@ class Store:
 
     def _published(self, appended: Appended) -> None:
         """Account for committed outbox rows and wake whoever waits for them."""
-        self._outbox_size -= appended.compacted
-        self._dropped.update(outbox_covered=appended.compacted)
+        if appended.compacted:
+            self._outbox_size -= appended.compacted
+            self._dropped["outbox_covered"] += appended.compacted
         seqs = appended.seqs
         if not seqs:
             return
         self._outbox_size += len(seqs)
         self._last_seq = max(self._last_seq, seqs[-1])
-        grew, self._outbox_grew = self._outbox_grew, asyncio.Event()
-        grew.set()
+        self._outbox_grew.set()  # wakes who waits now; wait_outbox checks _last_seq again
+        self._outbox_grew.clear()
 
     def _acked(self, deleted: int) -> None:
         self._outbox_size -= deleted
@@ -527,8 +528,9 @@ class Store:
     def _batch_committed(self, size: int, seconds: float) -> None:
         """Group-commit observer (on the loop, after each committed batch): count what its
         sweep dropped, then tell the caller's observer."""
-        swept, self._swept = self._swept, Counter()
-        self._dropped.update(swept)
+        if self._swept:
+            swept, self._swept = self._swept, Counter()
+            self._dropped.update(swept)
         if self._observe is not None:
             self._observe(size, seconds)
 
