@@ -203,8 +203,9 @@ async def _read_body(request: web.Request, share: Share, *, within: float) -> by
     if declared is not None and declared > MAX_BODY:
         raise _too_large()
     await share.take(declared or 0)
+    arrived = request.content.is_eof()  # all of it came with the headers: nothing to wait for
     try:
-        async with asyncio.timeout(within):
+        async with contextlib.nullcontext() if arrived else asyncio.timeout(within):
             return await _read_capped(request, share)
     except TimeoutError:
         raise ReportError(f"body not received within {within:g}s", status=408,

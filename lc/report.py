@@ -21,7 +21,8 @@ from shared.text import clip
 
 # JSON key (upstream spelling) -> expected type; see shared/spec/upstream-lc.md section 2.2.
 _STRING_FIELDS = ("name", "namespace", "ownerName", "ownerKind", "kind", "status")
-_FOLDED = {key.casefold(): key for key in (*_STRING_FIELDS, "ownerInfo", "results")}
+_FIELDS = frozenset((*_STRING_FIELDS, "ownerInfo", "results"))
+_FOLDED = {key.casefold(): key for key in _FIELDS}
 _INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1
 
 
@@ -97,7 +98,7 @@ def decode_report(value: Any) -> WorkerReport:
     fields: dict[str, Any] = {}
     problems: list[str] = []
     for key, item in value.items():
-        field = key if key in _FOLDED.values() else _FOLDED.get(key.casefold())
+        field = key if key in _FIELDS else _FOLDED.get(key.casefold())
         if field is None:
             continue  # unknown keys are ignored, as upstream does
         problem = _assign(fields, field, item)

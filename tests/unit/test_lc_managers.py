@@ -8,8 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from lc.errors import DatasetError, PathEscapeError, ResourceError
+from lc import dispatch
+from lc.errors import DatasetError, PathEscapeError, ReportError, ResourceError
+from lc.managers.base import Outgoing
 from lc.managers.dataset import count_samples, scan
+from lc.managers.forward import ReportForwarder
+from lc.managers.jointinference import JointInferenceManager
 from lc.managers.model import ModelInfo, model_info
 from lc.report import WorkerReport
 from lc.rootfs import host_to_local, local_to_host
@@ -256,3 +260,72 @@ def test_model_info(spec: dict, result: ModelInfo | str) -> None:
     else:
         with pytest.raises(ValueError, match=result):
             model_info({"spec": spec})
+
+
+# ---- the door's checks of a report's entries ---------------------------------------------
+
+def _deep(levels: int) -> dict:
+    value: dict = {}
+    for _ in range(levels):
+        value = {"x": value}
+    return value
+
+
+class _WithStage(ReportForwarder):
+    """A forwarder that adds an entry of its own, as the learning managers do."""
+
+    def __init__(self, extra: dict) -> None:
+        super().__init__("FederatedLearningJob")
+        self.extra = extra
+
+    def report_entries(self, report: WorkerReport, *, namespace: str,
+                       name: str) -> list[Outgoing]:
+        return [*super().report_entries(report, namespace=namespace, name=name),
+                Outgoing(self.kind, namespace, name, self.extra)]
+
+
+def _walks(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    walked: list[object] = []
+    real = dispatch.check_json_like
+
+    def counting(value: object, path: str) -> None:
+        walked.append(value)
+        real(value, path)
+
+    monkeypatch.setattr(dispatch, "check_json_like", counting)
+    return walked
+
+
+REPORT = WorkerReport(name="w", namespace="default", owner_name="ji",
+                      owner_kind="jointinferenceservice", kind="inference",
+                      owner_info={"inferenceNumber": 3}, results=[])
+
+
+@pytest.mark.parametrize("manager", [
+    pytest.param(JointInferenceManager(), id="models-null"),
+    pytest.param(ReportForwarder("FederatedLearningJob"), id="models"),
+])
+def test_a_forwarded_status_body_is_walked_once_at_the_door(
+        monkeypatch: pytest.MonkeyPatch, manager: ReportForwarder) -> None:
+    walked = _walks(monkeypatch)
+    dispatch.check_relayable(REPORT)
+    [entry] = dispatch._checked_entries(manager, REPORT, namespace="default", name="ji",
+                                        door_checked=True)
+    assert entry.body["output"]["ownerInfo"] is REPORT.owner_info
+    assert len(walked) == 1  # check_relayable's walk, not the entry's again
+    dispatch._checked_entries(manager, REPORT, namespace="default", name="ji")
+    assert len(walked) == 2  # a report not checked at the door (a waiting one) is walked
+
+
+def test_an_entry_that_is_not_the_status_body_is_still_walked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    walked = _walks(monkeypatch)
+    dispatch.check_relayable(REPORT)
+    with pytest.raises(ReportError, match="nested deeper than 100 levels"):
+        dispatch._checked_entries(_WithStage({"data": _deep(101)}), REPORT,
+                                  namespace="default", name="ji", door_checked=True)
+    copy = {"phase": "inference", "status": "", "output": {
+        "models": None, "ownerInfo": {"inferenceNumber": 3}}}  # equal, not the report's own
+    dispatch._checked_entries(_WithStage(copy), REPORT, namespace="default", name="ji",
+                              door_checked=True)
+    assert copy in walked
