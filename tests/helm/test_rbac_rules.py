@@ -73,6 +73,7 @@ GENERIC: dict[tuple[str, str], str] = {
     ("context", "informer"): "crs_and_watched",
     ("context", "children"): "children",
     ("objects", "__init__"): "crs",
+    ("jobmetrics", "watch_informers"): "crs",
 }
 
 
