@@ -548,6 +548,8 @@ def test_templates_render_to_the_expected_kinds():
         "node-tokens-secret.yaml": [],  # auth.nodeTokens.create
         "rbac.yaml": ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"],
         "serviceaccount.yaml": ["ServiceAccount", "ServiceAccount"],
+        "dashboards.yaml": [],  # dashboards.enabled
+        "servicemonitor.yaml": [],  # serviceMonitor.enabled
     }
     for docs in rendered.values():
         for doc in docs:
