@@ -16,7 +16,7 @@ several parts share, and `retry_of`, the one table from an error to retry behavi
     +-- SpecError                        gm/workers/specerrors.py: a CR's workers cannot be built
     +-- ChildRejected                    gm/reconcile/problems.py: the API server refused a child
     +-- AuthError                        gm/edge/auth.py: an LC's identity
-    +-- ReportError                      gm/edge/reports.py: an edge report refused or deferred
+    +-- ReportError                      gm/reports.py: an edge report refused or deferred
     +-- ReconcileOutcome                 how a reconcile ends when it does not converge:
         +-- TemporaryError               retry with backoff (or after `delay`)
         +-- PermanentError               no retry until the object changes

@@ -36,9 +36,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gm.edge.order import parse_time, records
-from gm.edge.reports import TRAINING, round_of
 from gm.kube.informer import InformerFactory
 from gm.kube.resources import sedna_gvr
+from gm.reports import TRAINING, round_of
 from shared import apis
 
 Obj = Mapping[str, Any]

@@ -1,7 +1,7 @@
 """Which outbox entries a newer one makes pointless: the fold key of a report. Pure.
 
 Some kinds' status keeps only the latest report (the GM's rule for them replaces a value):
-a Dataset's `numberOfSamples` (gm/edge/reports.py `set_sample_count`, one count per node),
+a Dataset's `numberOfSamples` (gm/reports.py `set_sample_count`, one count per node),
 and the `status.metrics` of the kinds whose rule is `metrics_report` (JointInference,
 FeatureExtraction, ObjectSearch, ObjectTracking, Reid, VideoAnalytics), which replaces the
 metrics with the report's `output.ownerInfo`. For these, once a newer report of the same

@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from gm.edge.hub import Hub
-from gm.edge.reports import ReportDeferred
+from gm.reports import ReportDeferred
 from lc.app import LocalController
 from lc.config import LCConfig
 from lc.link.dialer import GMLink, LinkSettings

@@ -22,9 +22,9 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from gm.edge.ports import ObjectSource, StatusHandler
-from gm.edge.reports import ReportDeferred, ReportRefused
 from gm.edge.session import HubStats, Session, SessionEnd
 from gm.edge.writer import SessionWriter
+from gm.reports import ReportDeferred, ReportRefused
 from proto import (
     CLOSE_DEAD,
     CLOSE_GOING_AWAY,

@@ -42,11 +42,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gm.edge.reports import edge_view
 from gm.kinds import reconciled_kinds
 from gm.kube.informer import InformerFactory, SharedInformer
 from gm.kube.resources import PODS, SECRETS, sedna_gvr
 from gm.reconcile.credentials import index_credentials, using_secret
+from gm.reports import edge_view
 from gm.workers.gojson import go_json
 from gm.workers.owned import MANAGED_SELECTOR
 from proto import ObjKey

@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from gm.reports import parse_time
+
 FIELD = "lastReports"
 MAX_NODES = 64
 MAX_RATE = 10_000  # reports a second: far above what one LC's worker API takes in
@@ -75,16 +77,6 @@ class ReportStamp:
         if applied_at and self.seq:
             record["appliedAt"] = applied_at
         return record
-
-
-def parse_time(value: Any) -> datetime | None:
-    """A report time (RFC 3339, or upstream's local `YYYY-MM-DD HH:MM:SS`); None if it is neither."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        return None
 
 
 def _not_older(new: datetime | None, old: datetime | None) -> bool:

@@ -45,10 +45,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gm.edge.order import Guard, ReportStamp, SeqLedger
-from gm.edge.reports import ReportInvalid, ReportRefused
 from gm.kube.apierrors import ApiError, BadRequest, Invalid, NotFound
 from gm.kube.resources import GVR
 from gm.kube.statuswriter import StatusWriter
+from gm.reports import ReportInvalid, ReportRefused
 from shared.logs import event
 from shared.text import clip
 

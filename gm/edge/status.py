@@ -38,7 +38,11 @@ from typing import Any
 
 from gm.edge.order import ReportStamp
 from gm.edge.pipeline import StatusPipeline, Verdict
-from gm.edge.reports import (  # noqa: F401 - the parsers and mutations are re-exported
+from gm.kinds import report_rules
+from gm.kube.events import EventRecorder
+from gm.kube.resources import DATASETS, FL, MODELS, sedna_gvr
+from gm.reconcile.declaration import ReportRule
+from gm.reports import (  # noqa: F401 - the parsers and mutations are re-exported
     DatasetStatusUpdate,
     FLReport,
     ReportRefused,
@@ -56,10 +60,6 @@ from gm.edge.reports import (  # noqa: F401 - the parsers and mutations are re-e
     set_sample_count,
     to_metrics,
 )
-from gm.kinds import report_rules
-from gm.kube.events import EventRecorder
-from gm.kube.resources import DATASETS, FL, MODELS, sedna_gvr
-from gm.reconcile.declaration import ReportRule
 from proto import Message
 from shared import apis
 from shared.logs import event

@@ -5,5 +5,5 @@ workers are stuck on), jobs (the Job semantics of ReidJob and VideoAnalyticsJob)
 (the stage machine of IncrementalLearningJob and LifelongLearningJob) and learningpods (the
 pods they share), multiedge (the multi-edge rules of ObjectSearch and ObjectTracking).
 A module here imports gm.reconcile.declaration, gm.workers, gm.kube.resources and
-gm.edge.reports and gm.edge.order, never gm.kinds.
+gm.reports and gm.edge.order, never gm.kinds.
 """

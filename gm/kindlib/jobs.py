@@ -39,11 +39,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gm.edge.order import parse_time
-from gm.edge.reports import metrics_report
 from gm.kindlib.conditions import WAITING, clear_true, exclusive, pod_counts, waiting_condition
 from gm.kube.resources import PODS
 from gm.reconcile.declaration import Build, Dependencies, KindDeclaration, Observed, Owns, Watches
+from gm.reports import metrics_report, parse_time
 from gm.workers.owned import Owner, build_pod
 from gm.workers.specerrors import InvalidSpec
 from gm.workers.storage import StoragePlan

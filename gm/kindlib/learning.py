@@ -48,9 +48,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gm.edge.reports import ReportInvalid, field
 from gm.kube.resources import PODS
 from gm.reconcile.declaration import Observed
+from gm.reports import ReportInvalid, field
 from gm.workers.gojson import go_json
 from shared.objects import deep_get, label_prefix
 

@@ -37,10 +37,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gm.edge.reports import metrics_report
 from gm.kindlib.conditions import deployment_active, deployment_failed, exclusive
 from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
 from gm.reconcile.declaration import Build, KindDeclaration, Observed, Owns
+from gm.reports import metrics_report
 from gm.workers.deployspec import InlineDeployment, check_selector_kept, inline_deployment
 from gm.workers.inputs import object_list
 from gm.workers.owned import (

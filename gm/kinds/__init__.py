@@ -5,7 +5,8 @@ gm/reconcile/reconciler.py), and the kinds whose reports it takes (gm/edge/statu
 whose objects it sends to the edge (gm/edge/objects.py). A kind module imports from
 gm/reconcile (the declaration), gm/kindlib (what several kinds share: conditions, waiting,
 job, learning and multi-edge rules), gm/workers (the child building blocks) and
-gm/edge/reports (report rules), never from another kind module.
+gm/reports (report rules), never from another kind module or from gm/edge, which sits above
+the kinds.
 """
 
 from __future__ import annotations

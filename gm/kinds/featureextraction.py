@@ -29,10 +29,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gm.edge.reports import metrics_report
 from gm.kindlib.conditions import deployment_active, deployment_failed, exclusive
 from gm.kube.resources import DEPLOYMENTS, SERVICES, sedna_gvr
 from gm.reconcile.declaration import Dependencies, KindDeclaration, Observed, Owns, uses_models
+from gm.reports import metrics_report
 from gm.workers.deployspec import InlineDeployment, check_selector_kept, inline_deployment
 from gm.workers.inputs import mount_of, ref_name, required
 from gm.workers.owned import Owner, build_deployment, build_service, check_label_value, owner_of

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from gm.config import WorkerConfig
-from gm.edge.reports import metrics_report
 from gm.kindlib.conditions import deployment_active, deployment_failed, exclusive
 from gm.kube.resources import DEPLOYMENTS, HPAS, MODELS, SERVICES
 from gm.reconcile.declaration import (
@@ -30,6 +29,7 @@ from gm.reconcile.declaration import (
     Owns,
     uses_models,
 )
+from gm.reports import metrics_report
 from gm.workers.gojson import hem_parameters
 from gm.workers.inputs import Secrets, mount_of, ref_name, required
 from gm.workers.owned import (

@@ -5,5 +5,5 @@ runner (workers over a work queue, typed outcomes), planning (the pure child dif
 (the writes: plans, status, problems), problems (what stops a reconcile, as a condition),
 context and credentials (handles and cache lookups), caches (what the informers keep).
 It imports gm.kube, gm.workers (the owned-child labels, the service-account guard), gm.config
-and gm.edge.reports (what an edge report changes); never a kind module.
+and gm.reports (what an edge report changes); never a kind module.
 """

@@ -40,7 +40,7 @@ Children = Mapping[GVR, Iterable[dict]]
 Build = Callable[[dict, "Dependencies"], Children]
 Status = Callable[[dict, "Observed"], dict]
 # An upstream report's body -> the status mutation it asks for (None: nothing to apply).
-# Raises gm.edge.reports.ReportInvalid for a malformed body.
+# Raises gm.reports.ReportInvalid for a malformed body.
 Mutation = Callable[[dict], dict]
 ReportRule = Callable[[Mapping[str, Any], str], "Mutation | None"]
 

@@ -33,7 +33,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gm.config import GMConfig, split_list
-from gm.edge.reports import edge_view
 from gm.errors import TemporaryError
 from gm.kube.apierrors import ApiError, Conflict, NotFound
 from gm.kube.informer import SharedInformer
@@ -50,6 +49,7 @@ from gm.reconcile.executor import execute, report_problem, write_status
 from gm.reconcile.planning import outdated, plan_children
 from gm.reconcile.problems import PROBLEMS, Problem
 from gm.reconcile.runner import Requeue
+from gm.reports import edge_view
 from gm.workers.template import ServiceAccountRef, refuse_service_account
 from shared import apis
 from shared.logs import event

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gm.edge.reports import round_of
+from gm.reports import round_of
 
 JI, FL = "JointInferenceService", "FederatedLearningJob"
 IL, LL = "IncrementalLearningJob", "LifelongLearningJob"

@@ -22,10 +22,10 @@ import pytest
 from devcluster.server.faults import ErrorRule
 from gm.edge.order import FIELD
 from gm.edge.pipeline import StatusPipeline
-from gm.edge.reports import ReportRefused
 from gm.edge.status import UpstreamStatus
 from gm.kube.resources import DATASETS, FL, GVR, JI, MODELS
 from gm.kube.statuswriter import StatusWriter
+from gm.reports import ReportRefused
 from lc.app import LocalController
 from lc.config import load
 from lc.link.dialer import link_factory

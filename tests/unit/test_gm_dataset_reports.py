@@ -1,6 +1,6 @@
 """Dataset reports at the GM: a problem the LC reports becomes the IndexReadable condition.
 
-The parsing and the status mutation are pure (gm/edge/reports.py); the Event and the CR
+The parsing and the status mutation are pure (gm/reports.py); the Event and the CR
 write are exercised end to end in tests/e2e/test_lc_dataset_files.py.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from gm.edge.reports import (
+from gm.reports import (
     INDEX_READABLE,
     DatasetReport,
     DatasetStatusUpdate,

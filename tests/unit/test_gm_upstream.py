@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from gm.edge.pipeline import StatusPipeline
-from gm.edge.reports import ReportInvalid, ReportRefused
 from gm.edge.status import (
     FLReport,
     UpstreamStatus,
@@ -21,6 +20,7 @@ from gm.edge.status import (
     to_metrics,
 )
 from gm.kube.statuswriter import StatusWriter
+from gm.reports import ReportInvalid, ReportRefused
 from proto import Message, Op
 
 NOW = "2025-03-01T10:00:00Z"

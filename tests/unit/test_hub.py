@@ -19,9 +19,9 @@ from aiohttp import WSMsgType, web
 import proto
 from gm.edge.auth import NodeAuth, NodeTokens, NodeTokenTable, TokenReviewAuth
 from gm.edge.hub import HELLO_TIMEOUT, Hub
-from gm.edge.reports import ReportDeferred, ReportInvalid
 from gm.kube.apierrors import Unavailable
 from gm.kube.tokenreview import NODE_NAME_EXTRA, TokenReviewResult
+from gm.reports import ReportDeferred, ReportInvalid
 from lc.link.dialer import LinkSettings
 from proto import SUBPROTOCOL, Message, Op, decode_native, encode_native
 from tests.conftest import eventually

@@ -15,10 +15,10 @@ from devcluster.storage.registry import Registry
 from devcluster.strategy import schema as server_schema
 from devcluster.strategy.dispatch import validate_object
 from gm.config import WorkerConfig
-from gm.edge.reports import ReportInvalid, metrics_report
 from gm.kinds import featureextraction as fe
 from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
 from gm.reconcile.declaration import Dependencies, Observed
+from gm.reports import ReportInvalid, metrics_report
 from gm.workers.owned import MANAGED_BY_LABEL
 from gm.workers.specerrors import InvalidSpec, MissingDependency
 from gm.workers.storage import INIT_CONTAINER_NAME

@@ -7,10 +7,10 @@ import copy
 
 import pytest
 
-from gm.edge.reports import ReportInvalid
 from gm.kindlib import jobs
 from gm.kinds import reid
 from gm.reconcile.declaration import Observed
+from gm.reports import ReportInvalid
 from gm.workers.specerrors import InvalidSpec
 from shared.objects import find_condition, spec_hash_of
 from tests.jobsim import T0, JobSim

@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from gm.edge.reports import ReportInvalid
 from gm.kindlib import learning
 from gm.kindlib.learning import (
     COMPLETED,
@@ -24,6 +23,7 @@ from gm.kindlib.learning import (
     step,
     with_position,
 )
+from gm.reports import ReportInvalid
 
 NOW = "2026-03-01T10:00:00Z"
 LATER = "2026-03-01T10:05:00Z"

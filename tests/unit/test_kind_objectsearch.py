@@ -8,11 +8,11 @@ import copy
 import pytest
 
 from gm.config import WorkerConfig
-from gm.edge.reports import ReportInvalid
 from gm.kindlib import multiedge
 from gm.kinds import DECLARATIONS, objectsearch, objecttracking
 from gm.kube.resources import DEPLOYMENTS, PODS, SERVICES
 from gm.reconcile.declaration import Dependencies, Observed
+from gm.reports import ReportInvalid
 from gm.workers.owned import MANAGED_BY
 from gm.workers.specerrors import InvalidSpec, SpecError
 from shared.objects import SPEC_HASH_ANNOTATION, find_condition, spec_hash_of

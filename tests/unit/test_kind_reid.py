@@ -6,11 +6,11 @@ import copy
 
 import pytest
 
-from gm.edge.reports import metrics_report
 from gm.kindlib import jobs
 from gm.kinds import reid
 from gm.kube.resources import PODS
 from gm.reconcile.declaration import Dependencies
+from gm.reports import metrics_report
 from gm.workers.owned import MANAGED_BY
 from gm.workers.specerrors import InvalidSpec
 from shared.objects import is_controlled_by, spec_hash_of

@@ -7,11 +7,11 @@ import copy
 
 import pytest
 
-from gm.edge.reports import metrics_report
 from gm.kindlib import jobs
 from gm.kinds import videoanalytics
 from gm.kube.resources import PODS, SERVICES
 from gm.reconcile.declaration import Dependencies
+from gm.reports import metrics_report
 from gm.workers.owned import MANAGED_BY
 from gm.workers.specerrors import InvalidSpec, MissingDependency
 from shared.objects import spec_hash_of

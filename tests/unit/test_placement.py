@@ -12,9 +12,9 @@ import pytest
 
 import proto
 from gm.edge.pipeline import StatusPipeline
-from gm.edge.reports import ReportRefused
 from gm.edge.status import UpstreamStatus
 from gm.kube.statuswriter import StatusWriter
+from gm.reports import ReportRefused
 from shared import apis
 
 NS = "default"

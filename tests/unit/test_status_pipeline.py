@@ -15,7 +15,6 @@ import pytest
 
 from gm.edge.order import ReportStamp, SeqLedger
 from gm.edge.pipeline import StatusPipeline
-from gm.edge.reports import ReportInvalid, ReportRefused
 from gm.kube.apierrors import (
     ApiError,
     BadRequest,
@@ -28,6 +27,7 @@ from gm.kube.apierrors import (
 )
 from gm.kube.resources import GVR
 from gm.kube.statuswriter import StatusWriter, merge_patch
+from gm.reports import ReportInvalid, ReportRefused
 
 JI = GVR("sedna.io", "v1alpha1", "jointinferenceservices")
 DS = GVR("sedna.io", "v1alpha1", "datasets")

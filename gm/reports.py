@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -80,6 +81,16 @@ def edge_view(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # -- parsing (pure) ---------------------------------------------------------------------
+
+
+def parse_time(value: Any) -> datetime | None:
+    """A report time (RFC 3339, or upstream's local `YYYY-MM-DD HH:MM:SS`); None if it is neither."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
 
 
 def field(body: Mapping[str, Any], key: str) -> Any:
