@@ -158,7 +158,7 @@ class LocalController:
     async def _start_managers(self) -> None:
         assert self.store is not None
         cfg, models = self.config, ModelManager()
-        work = FileWork(limits=cfg.file_limits, confirmations=self.confirmations)
+        work = FileWork(limits=cfg.file_limits, s3=cfg.s3_settings, confirmations=self.confirmations)
         datasets = DatasetManager(self.store, rootfs=cfg.rootfs, period=cfg.dataset_period, work=work)
         self.metrics.watch_datasets(datasets)
         managers = [

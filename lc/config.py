@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from lc.budget import DEFAULT_BUDGET, DEFAULT_WAIT, BodyBudget
 from lc.errors import ConfigError
 from lc.files import DEFAULT_INDEX_BYTES, DEFAULT_INDEX_LINES, DEFAULT_MODEL_BYTES, FileLimits
+from lc.s3 import DEFAULT_SETTINGS as S3_DEFAULTS
+from lc.s3 import S3Settings
 from lc.store.bounds import StoreBounds
 from shared.server_limits import ServerLimits
 
@@ -59,6 +61,10 @@ class LCConfig:
     index_max_bytes: int = DEFAULT_INDEX_BYTES  # a dataset index over this is refused whole
     index_max_lines: int = DEFAULT_INDEX_LINES
     model_max_bytes: int = DEFAULT_MODEL_BYTES  # a model copy over this is refused
+    s3_connect_timeout: float = S3_DEFAULTS.connect_timeout
+    s3_read_timeout: float = S3_DEFAULTS.read_timeout  # the most a response may stay silent
+    s3_request_timeout: float = S3_DEFAULTS.request_timeout  # one request, send to last byte
+    s3_attempts: int = S3_DEFAULTS.attempts  # requests per S3 call, the first included
 
     @property
     def server_limits(self) -> ServerLimits:
@@ -76,6 +82,12 @@ class LCConfig:
         """The caps on the files CRs name (lc/files.py)."""
         return FileLimits(index_bytes=self.index_max_bytes, index_lines=self.index_max_lines,
                           model_bytes=self.model_max_bytes)
+
+    @property
+    def s3_settings(self) -> S3Settings:
+        """Timeouts and retries of the S3 requests the managers make (lc/s3/)."""
+        return S3Settings(connect_timeout=self.s3_connect_timeout, read_timeout=self.s3_read_timeout,
+                          request_timeout=self.s3_request_timeout, attempts=self.s3_attempts)
 
     @property
     def gm_url(self) -> str | None:
@@ -133,6 +145,10 @@ def load(env: Mapping[str, str] | None = None) -> LCConfig:
         index_max_bytes=_positive_int(env, "LC_INDEX_MAX_BYTES", DEFAULT_INDEX_BYTES),
         index_max_lines=_positive_int(env, "LC_INDEX_MAX_LINES", DEFAULT_INDEX_LINES),
         model_max_bytes=_positive_int(env, "LC_MODEL_MAX_BYTES", DEFAULT_MODEL_BYTES),
+        s3_connect_timeout=_positive_float(env, "LC_S3_CONNECT_TIMEOUT", S3_DEFAULTS.connect_timeout),
+        s3_read_timeout=_positive_float(env, "LC_S3_READ_TIMEOUT", S3_DEFAULTS.read_timeout),
+        s3_request_timeout=_positive_float(env, "LC_S3_REQUEST_TIMEOUT", S3_DEFAULTS.request_timeout),
+        s3_attempts=_positive_int(env, "LC_S3_ATTEMPTS", S3_DEFAULTS.attempts),
     )
 
 

@@ -110,3 +110,10 @@ class StorageChanged(StorageUnavailable):
     copy's source no longer matched): reading it again from the start may succeed."""
 
     reason = "StorageChanged"
+
+
+class StorageCredentialMissing(StorageConfigError):
+    """An s3:// URL on an object that carries no `sedna.io/credential` (its `credentialName`
+    is unset, or the GM could not read the Secret): nothing was sent."""
+
+    reason = "CredentialMissing"

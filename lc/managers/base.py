@@ -11,8 +11,11 @@ that object's reports for the life of the LC. The manager owns and cancels the r
 supervisor task as it would the plain task.
 
 Managers whose work opens files the objects name (dataset monitors, learning jobs) share a
-`FileWork`: the caps, the daemon threads that read (lc/files.py), and the `Confirmations` that
-hold a stored object's work until the GM has confirmed the object still exists.
+`FileWork`: the caps, the daemon threads that read (lc/files.py), the S3 requests' timeouts
+and retries (lc/s3/), and the `Confirmations` that hold a stored object's work until the GM
+has confirmed the object still exists. A loop that holds resources of its object (S3
+clients, temporary downloads) releases them in `close`, which its `Loops` awaits once the
+loop's task has ended: when the object goes, and when the manager stops.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from lc.files import DEFAULT_LIMITS, FileLimits, Workers
 from lc.report import WorkerReport
+from lc.s3 import DEFAULT_SETTINGS as S3_DEFAULTS
+from lc.s3 import S3Settings
 from lc.store.facade import Store
 from shared.apis import canonical_kind
 from shared.tasks import Restart, Supervised
@@ -152,6 +157,7 @@ class FileWork:
 
     limits: FileLimits = DEFAULT_LIMITS
     workers: Workers = field(default_factory=Workers)
+    s3: S3Settings = S3_DEFAULTS
     confirmations: Confirmations = field(default_factory=lambda: Confirmations(everything=True))
 
 
@@ -194,6 +200,9 @@ class ObjectLoop:
     def _problem(self, error: str) -> None:
         """Log a problem the loop has not logged just before (at WARNING)."""
         raise NotImplementedError
+
+    async def close(self) -> None:
+        """Release what the loop holds for its object; its task has ended."""
 
     async def run(self) -> None:
         """Once the GM confirmed the object, step now and then every period (or sooner when
@@ -250,13 +259,18 @@ class Loops(Generic[L]):
         task = self._tasks.pop((namespace, name), None)
         if task is not None:
             await cancel(task)
+        if loop is not None:
+            await loop.close()
         return loop
 
     async def stop(self) -> None:
-        """Cancel every task and forget every loop."""
-        tasks, self._tasks, self._loops, self._started = self._tasks, {}, {}, False
+        """Cancel every task, then close and forget every loop."""
+        tasks, self._tasks, self._started = self._tasks, {}, False
+        loops, self._loops = self._loops, {}
         for task in tasks.values():
             await cancel(task)
+        for loop in loops.values():
+            await loop.close()
 
     def _run(self, key: LoopKey) -> None:
         if key not in self._tasks:

@@ -94,7 +94,7 @@ class IncrementalLearning(LearningKind):
             return stage_failed(job, "Eval", f"no trained model of format {evaluated.format!r} "
                                         f"was reported")
         data = {"models": [trained, model_of(evaluated.format, evaluated.url, evaluated.devices)],
-                "dataURL": tick.write("eval", self.eval_samples(tick))}
+                **tick.data("eval", self.eval_samples(tick))}
         return stage_body("Eval", "Ready", data, reason="TrainedModelFound",
                           message=f"evaluating {trained.get('url', '')} against {evaluated.url}")
 
@@ -156,7 +156,7 @@ class IncrementalLearning(LearningKind):
             raise LearningError(f"cannot remove {directory}: {exc.strerror}") from None
 
     def _replace_models(self, tick: Tick, trained: dict[str, Any], deployed: ModelInfo) -> None:
-        tick.copy_model(trained["url"], deployed.url)
+        tick.copy_model(trained["url"], deployed.url, target_credential=deployed.credential)
         evaluated = self._eval_model(tick.job)
         if evaluated is None:
             return
@@ -165,7 +165,7 @@ class IncrementalLearning(LearningKind):
         if same is None:
             raise LearningError(f"no trained model of format {evaluated.format!r} for the "
                                 f"eval model")
-        tick.copy_model(same["url"], evaluated.url)
+        tick.copy_model(same["url"], evaluated.url, target_credential=evaluated.credential)
 
 
 def hot_update_config(job: dict[str, Any]) -> str:

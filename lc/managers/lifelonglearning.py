@@ -31,7 +31,7 @@ class LifelongLearning(LearningKind):
         models = [upstream_model(m) for m in reported_models(tick.job, "Train")]
         if not models:
             return stage_failed(tick.job, "Eval", "no trained model was reported")
-        data = {"models": models, "dataURL": tick.write("eval", self.eval_samples(tick)),
+        data = {"models": models, **tick.data("eval", self.eval_samples(tick)),
                 "outputDir": f"{tick.out}/eval/{tick.state.rounds}"}
         return stage_body("Eval", "Ready", data, reason="TrainedModelFound",
                           message=f"evaluating the models of train round {tick.state.rounds}: "

@@ -4,7 +4,10 @@ Upstream's LC only caches Model objects (format, URL, devices) for incremental l
 which reads them when it builds train/eval/deploy inputs; nothing about a model is
 reported upstream and workers never report on one. This manager keeps the same view,
 validated, so a model whose spec is unusable is logged once when it arrives instead of
-failing later inside a job.
+failing later inside a job. A Model on S3 keeps the credential it carries
+(`sedna.io/credential`, from its `credentialName`), which an IL deploy signs its copy over
+the Model's file with; a Model without one is written with the job's (as upstream's LC
+does for every Model). Nothing else of the annotation is kept.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from lc.errors import StorageError
 from lc.managers.base import Outgoing
 from lc.report import WorkerReport
+from lc.s3 import S3Credential, is_s3
 from shared.logs import event
 
 log = logging.getLogger(__name__)
@@ -29,6 +34,7 @@ class ModelInfo:
     format: str
     url: str
     devices: tuple[str, ...]
+    credential: S3Credential | None = None  # its own, for an s3 URL (its repr hides the keys)
 
 
 def model_info(obj: dict[str, Any]) -> ModelInfo:
@@ -44,7 +50,15 @@ def model_info(obj: dict[str, Any]) -> ModelInfo:
     devices = spec.get("device_soc_versions") or []
     if not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
         raise ValueError("spec.device_soc_versions must be a list of strings")
-    return ModelInfo(fmt, url, tuple(devices))
+    credential = None
+    if is_s3(url):
+        meta = obj.get("metadata")
+        notes = meta.get("annotations") if isinstance(meta, dict) else None
+        try:
+            credential = S3Credential.from_annotations(notes if isinstance(notes, dict) else None)
+        except StorageError as exc:
+            raise ValueError(str(exc)) from None
+    return ModelInfo(fmt, url, tuple(devices), credential)
 
 
 class ModelManager:

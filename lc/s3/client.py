@@ -228,8 +228,10 @@ class S3Client:
             except REQUEST_ERRORS as exc:
                 error = classify(exc, action=action, target=f"{url} at {self.credential.endpoint}",
                                  attempts=attempt)
-            if not transient(error) or attempt == s.attempts:
+            if not transient(error):
                 raise error
+            if attempt == s.attempts:  # the message says that retrying did not help
+                raise type(error)(f"{error} (gave up after {attempt} attempts)", attempts=attempt)
             delay = backoff(attempt, base=s.backoff_base, cap=s.backoff_max)
             event(log, "s3 request retried", level=logging.WARNING, action=action, url=str(url),
                   endpoint=self.credential.endpoint, attempt=attempt, delay=round(delay, 3),

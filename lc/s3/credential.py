@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lc.errors import StorageConfigError
+from lc.errors import StorageConfigError, StorageCredentialMissing
 from shared.text import clip
 
 ANNOTATION = "sedna.io/credential"
@@ -52,6 +52,18 @@ class S3Credential:
         if not isinstance(value, str):
             raise StorageConfigError(f"annotation {ANNOTATION} must be a JSON string")
         return cls.from_json(value)
+
+    @classmethod
+    def required(cls, annotations: Mapping[str, Any] | None, *, url: str, owner: str) -> S3Credential:
+        """The credential an s3:// `url` of object `owner` needs; StorageCredentialMissing
+        when the object carries none (upstream's LC crashes there, its bug B-8)."""
+        credential = cls.from_annotations(annotations)
+        if credential is None:
+            raise StorageCredentialMissing(
+                f"{owner} names {clip(url)} but carries no {ANNOTATION} annotation: set its "
+                "spec.credentialName to a Secret with the s3-endpoint annotation and the "
+                "ACCESS_KEY_ID and SECRET_ACCESS_KEY keys")
+        return credential
 
     @classmethod
     def from_json(cls, text: str) -> S3Credential:

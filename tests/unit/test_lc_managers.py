@@ -65,8 +65,8 @@ def test_count_errors(tmp_path: Path, content: bytes | None, fmt: str, message: 
 
 
 @pytest.mark.parametrize(("url", "message"), [
-    pytest.param("s3://bucket/index.txt", "s3 dataset s3://bucket/index.txt is not supported by "
-                 "this LC yet", id="s3"),
+    pytest.param("s3://Bucket/index.txt", "'s3://Bucket/index.txt': bucket name 'Bucket' is not "
+                 "valid (3-63 lowercase letters, digits, dots or hyphens)", id="bad-s3-url"),
     pytest.param("http://host/index.txt", "dataset URL scheme 'http' is not supported (local path "
                  "or s3)", id="http"),
     pytest.param("", "spec.url must be a non-empty string", id="empty"),

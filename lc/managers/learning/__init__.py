@@ -33,8 +33,9 @@ Where this departs from upstream, on purpose (upstream-lc.md section 5):
   stage reports or the job logs), in chunks on daemon threads, so a deleted job or a
   stopping LC ends a read or copy after one chunk; a stored job ticks only once the GM has
   confirmed it still exists (lc/managers/base.py `Confirmations`).
-Not here: s3 outputs and datasets (no S3 client, an error logged once), so
-`dataIndexURL` is never sent.
+- Datasets, outputDirs and Models on S3 (`s3://`): read, written and copied with the
+  credentials the GM sends with the objects (lc/managers/learning/storage.py); a missing
+  credential is an error the job logs once, never a crash.
 
 The modules, each one idea, in the order they may import each other:
 - `triggers`: the trigger language (conditions, timers, the deploy trigger's stats); pure;
@@ -42,6 +43,7 @@ The modules, each one idea, in the order they may import each other:
 - `stages`: the job's stage read from its conditions, the models earlier stages reported,
   and the stage reports the LC makes;
 - `models`: models in upstream's shape, matching one, copying a model file;
+- `storage`: where a job's files go, host paths or s3 objects, and model copies between them;
 - `state`: what a job remembers between ticks and across restarts;
 - `samples`: reading a Dataset's samples, splitting the new ones, writing sample files;
 - `kind`: one tick's view and the hooks a learning kind plugs in (IL, LL);

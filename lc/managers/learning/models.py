@@ -50,8 +50,8 @@ def copy_model(source: str, target: str, rootfs: str, *, caps: Caps = DEFAULT_LI
     """Copy a model file between host paths under the rootfs, replacing the target whole; the
     source must be a regular file within `caps`."""
     for url in (source, target):
-        if urlsplit(url).scheme:
-            raise LearningError(f"model URL {url} is not a local path (no S3 client here)")
+        if urlsplit(url).scheme:  # s3 URLs are copied by lc/managers/learning/storage.py
+            raise LearningError(f"model URL {url} is not a local path")
     src, dst = host_to_local(rootfs, source), host_to_local(rootfs, target)
     try:
         os.makedirs(os.path.dirname(dst), exist_ok=True)

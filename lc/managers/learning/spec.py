@@ -6,17 +6,25 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from lc.errors import LearningError
+from lc.errors import LearningError, StorageError
 from lc.managers.learning.triggers import number
+from lc.s3 import S3Url, is_s3
 
 
 def output_dir(job: dict[str, Any]) -> str:
-    """`spec.outputDir` as a host path without trailing `/`; s3 and other schemes refused."""
+    """`spec.outputDir` as a host path or an s3:// prefix, without trailing `/`; other
+    schemes refused."""
     out = _spec(job).get("outputDir")
     if not isinstance(out, str) or not out:
         raise LearningError("spec.outputDir must be a non-empty string")
+    if is_s3(out):
+        try:
+            S3Url.parse(out)
+        except StorageError as exc:
+            raise LearningError(f"outputDir: {exc}") from None
+        return out.rstrip("/")
     if urlsplit(out).scheme:
-        raise LearningError(f"outputDir {out} is not a local path (no S3 client here)")
+        raise LearningError(f"outputDir {out} is neither a local path nor an s3:// URL")
     return out.rstrip("/") or "/"
 
 
