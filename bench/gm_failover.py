@@ -53,13 +53,15 @@ from bench.status_harness import (  # noqa: E402
     NS,
     Proc,
     Stack,
-    Tracker,
-    Watch,
-    Worker,
     free_port,
     ji_models,
     ji_object,
     ji_value,
+)
+from bench.status_watch import (  # noqa: E402
+    Tracker,
+    Watch,
+    Worker,
     latencies_ms,
     quantiles,
 )

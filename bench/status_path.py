@@ -36,12 +36,14 @@ sys.path.insert(0, str(ROOT))
 from bench.status_harness import (  # noqa: E402
     JI_PLURAL,
     Stack,
-    Tracker,
-    Watch,
-    Worker,
     ji_models,
     ji_object,
     ji_value,
+)
+from bench.status_watch import (  # noqa: E402
+    Tracker,
+    Watch,
+    Worker,
     latencies_ms,
     quantiles,
     soak,

@@ -1,4 +1,5 @@
-"""A short soak of the status path, every service in its own process (bench/status_harness.py).
+"""A short soak of the status path, every service in its own process (bench/status_harness.py,
+bench/status_watch.py).
 
 sedna-devcluster (5% of all API requests failing, watches cut every 20 s), sedna-gm and two
 sedna-lc (edge-node-1, edge-node-2); workers POST JointInferenceService reports, each carrying
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.status_harness import soak
+from bench.status_watch import soak
 
 LOAD_SECONDS = 30.0
 # Generous (the target is 10 s) and shorter than the LC's 60 s ack timeout: at 45e26c1, before the GM's
