@@ -12,9 +12,9 @@ import time
 from html import escape
 from typing import Any
 
-from gm.ui import svg
 from gm.ui.jobs import JobSummary
 from gm.ui.model import JobView, NodeRow, Page
+from gm.ui.svg import COLORS, chart
 from gm.ui.warnings import WarningEntry
 
 REFRESH_SECONDS = 10
@@ -96,13 +96,13 @@ def _job(view: JobView, now: float) -> str:
     name = f"{s.namespace}/{s.name}"
     title = f' title="{_text(s.reason + ": " + s.message, MAX_MESSAGE)}"' if s.reason or s.message else ""
     legend = "".join(f'<span class="s{i}">{_text(series.name, MAX_SHORT)} {_number(series.values[-1])}</span>'
-                     for i, series in enumerate(view.series[:len(svg.COLORS)]))
-    chart = svg.chart(view.series, now=now, label=f"{s.kind} {name}")
+                     for i, series in enumerate(view.series[:len(COLORS)]))
+    drawn = chart(view.series, now=now, label=f"{s.kind} {name}")
     return (f'<tr class="job" data-kind="{_text(s.kind, MAX_SHORT)}" data-name="{_text(name, 2 * MAX_NAME)}">'
             f"<td>{_text(s.kind, MAX_SHORT)}</td><td>{_text(name, 2 * MAX_NAME)}</td>"
             f'<td class="{_text(s.phase, MAX_SHORT)}"{title}>{_text(s.phase, MAX_SHORT) or "-"}</td>'
             f"<td>{_progress(s)}</td><td>{_workers(s)}</td><td>{_metrics(s)}</td>"
-            f'<td>{chart}<div class="legend">{legend}</div></td></tr>')
+            f'<td>{drawn}<div class="legend">{legend}</div></td></tr>')
 
 
 def _progress(s: JobSummary) -> str:
