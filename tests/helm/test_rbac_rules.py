@@ -74,6 +74,7 @@ GENERIC: dict[tuple[str, str], str] = {
     ("context", "children"): "children",
     ("objects", "__init__"): "crs",
     ("jobmetrics", "watch_informers"): "crs",
+    ("app", "start"): "crs",  # the status page's caches of the reconciled kinds
 }
 
 
