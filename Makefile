@@ -53,8 +53,9 @@ kube-status: setup
 # left up at Ctrl-C: make kube-down stops it); kwok only simulates the worker pods there
 CLUSTER ?= dev
 
-run: setup $(if $(filter helm,$(INSTALL)),helm) $(if $(filter real,$(CLUSTER)),kube-build)
-	$(PY) examples/devrun.py --install $(INSTALL) --cluster $(CLUSTER)
+# make run S3=1: the S3 server of the tests too, and the incremental learning example on it
+run: setup $(if $(filter helm,$(INSTALL)),helm) $(if $(filter real,$(CLUSTER)),kube-build) $(if $(S3),s3-server)
+	$(PY) examples/devrun.py --install $(INSTALL) --cluster $(CLUSTER) $(if $(S3),--s3)
 
 # The seed scenarios of every kind with workers, scripted on `make run` (examples/demo.py): prints a table
 # of what held and fails unless everything did; tests/e2e/test_demo.py runs it in `make test`.

@@ -25,12 +25,16 @@ run here against it as they do on the dev cluster (examples/realcluster.py). kwo
 the worker pods: no container runs, so the workers send no reports by themselves there. Ctrl-C
 stops the GM and the LCs and leaves the cluster up (`make kube-down` stops it).
 
+With `--s3` (`make run S3=1`) the S3 server the tests use runs too (SeaweedFS, built by
+`make s3-server`), and the incremental learning example runs on it instead of on the nodes'
+files: its Dataset, Models and outputDir in a bucket, with a Secret (examples/s3example.py).
+
 `--gm-port` and `--lc-port` (the first of the LCs' ports) move the ports; 0 takes free ones.
 `--state DIR` keeps the dev cluster's files (kubeconfig, CA, node roots, LC databases) in DIR
 instead of .devcluster, e.g. for a second run next to `make run` (examples/demo.py does so).
 
     .venv/bin/python examples/devrun.py [--no-examples] [--install direct|helm] [--cluster dev|real]
-                                        [--gm-port 9000] [--lc-port 9100] [--state .devcluster]
+                                        [--s3] [--gm-port 9000] [--lc-port 9100] [--state .devcluster]
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ sys.path.insert(0, str(ROOT))
 
 from devcluster.cluster import DevCluster  # noqa: E402
 from devcluster.runtime.process import parse_image_map  # noqa: E402
-from examples import realcluster  # noqa: E402
+from examples import realcluster, s3example  # noqa: E402
 from gm.app import GlobalManager  # noqa: E402
 from gm.config import parse_config  # noqa: E402
 from gm.kube.client import KubeClient  # noqa: E402
@@ -230,7 +234,8 @@ log = logging.getLogger("devrun")
 
 
 async def run(with_examples: bool, install: str, cluster: str = "dev", *,
-              gm_port: int = GM_PORT, lc_port: int = LC_PORTS["edge-node-1"], state: Path = STATE) -> None:
+              gm_port: int = GM_PORT, lc_port: int = LC_PORTS["edge-node-1"], state: Path = STATE,
+              s3: bool = False) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -238,16 +243,24 @@ async def run(with_examples: bool, install: str, cluster: str = "dev", *,
     if cluster == "real":
         await run_real(stop, with_examples, gm_port=gm_port, lc_port=lc_port)
     else:
-        await run_dev(stop, with_examples, install, gm_port=gm_port, lc_port=lc_port, state=state)
+        await run_dev(stop, with_examples, install, gm_port=gm_port, lc_port=lc_port, state=state, s3=s3)
 
 
 async def run_dev(stop: asyncio.Event, with_examples: bool, install: str, *, gm_port: int, lc_port: int,
-                  state: Path = STATE) -> None:
+                  state: Path = STATE, s3: bool = False) -> None:
     images = image_map(lc_ports(lc_port)) | (chart_images() if install == "helm" else {})
     dc = await start_cluster(image_map=images, pod_root=state / "cluster", pki_dir=state / "pki")
     gm = None
     lcs: dict[str, LocalController] = {}
+    stack = contextlib.AsyncExitStack()
     try:
+        examples = example_paths()
+        if s3:
+            endpoint = await stack.enter_async_context(s3example.s3_server())
+            on_s3 = await s3example.manifest(endpoint, state)
+            examples = [on_s3 if p == s3example.EXAMPLE else p for p in examples]
+            print(f"S3           {endpoint.url} (bucket {s3example.BUCKET}, key {endpoint.access_key}, "
+                  f"Secret {s3example.SECRET}: {on_s3})", flush=True)
         kubeconfig = dc.write_kubeconfig(state / "kubeconfig").resolve()
         if install == "helm":
             for node in LC_PORTS:
@@ -260,12 +273,13 @@ async def run_dev(stop: asyncio.Event, with_examples: bool, install: str, *, gm_
                                   first_port=lc_port, db=lambda node: state / f"lc-{node}.db")
             # the simulated workers find their LC at the ports bound (free ones with port 0)
             dc.runtime.image_map.update(parse_image_map(image_map({n: lc.port for n, lc in lcs.items()})))
-        applied = dc.apply_manifests(*example_paths()) if with_examples else []
+        applied = dc.apply_manifests(*examples) if with_examples else []
         print(banner(dc, kubeconfig, applied, gm=gm, lcs=lcs), flush=True)
         await until_stopped(stop, gm)
     finally:
         await stop_all(gm, lcs)
         await dc.stop()
+        await stack.aclose()
 
 
 async def run_real(stop: asyncio.Event, with_examples: bool, *, gm_port: int, lc_port: int) -> None:
@@ -339,6 +353,8 @@ def main() -> int:
                         help="start the GM and LCs here (direct) or install the chart with helm")
     parser.add_argument("--cluster", choices=("dev", "real"), default="dev",
                         help="the dev cluster in this process, or the real control plane of scripts/kube_real.py")
+    parser.add_argument("--s3", action="store_true",
+                        help="run the S3 server too, and the incremental learning example on it")
     parser.add_argument("--gm-port", type=int, default=GM_PORT, help="the GM's port (0: a free one)")
     parser.add_argument("--lc-port", type=int, default=LC_PORTS["edge-node-1"],
                         help="the first LC's port, the others follow (0: free ones)")
@@ -348,6 +364,8 @@ def main() -> int:
     if args.install == "helm" and args.cluster == "real":
         parser.error("--install helm runs on the dev cluster only: kwok runs no container, so the "
                      "chart's GM and LC pods would not run")
+    if args.s3 and args.cluster == "real":
+        parser.error("--s3 runs on the dev cluster only: kwok runs no worker to read or write the bucket")
     if args.install == "helm" and 0 in (args.gm_port, args.lc_port):
         parser.error("--install helm needs fixed ports: the chart's pods bind them")
     logs.setup("info", "text")
@@ -356,7 +374,7 @@ def main() -> int:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     try:
         asyncio.run(run(not args.no_examples, args.install, args.cluster, gm_port=args.gm_port,
-                        lc_port=args.lc_port, state=args.state.resolve()))
+                        lc_port=args.lc_port, state=args.state.resolve(), s3=args.s3))
     except OSError as err:
         print(f"devrun: error: {err}", file=sys.stderr)
         return 1

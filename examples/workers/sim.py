@@ -7,7 +7,7 @@ first rule that matches, in this order:
 | env the GM sets                          | worker                         | what it does |
 |------------------------------------------|--------------------------------|--------------|
 | `HEM_NAME`, no `SERVICE_NAME`           | IL inference worker            | stays up; with `MODEL_HOT_UPDATE_CONFIG`, polls that file every `MODEL_POLL_PERIOD_SECONDS` and reports `deploy`/`completed` each time its `model_update_time` changes |
-| `BASE_MODEL_URL`                         | IL train worker                | writes `model.pb` under `MODEL_URL`, reports `train`/`completed` with it (pb and ckpt) and exits 0 |
+| `BASE_MODEL_URL`                         | IL train worker                | writes `model.pb` under `MODEL_URL` (an `s3://` one too, with the `S3_ENDPOINT_URL`, `ACCESS_KEY_ID` and `SECRET_ACCESS_KEY` the GM gives it), reports `train`/`completed` with it (pb and ckpt) and exits 0 |
 | `HAS_COMPLETED_INITIAL_TRAINING`         | LL train worker                | writes `index.pkl` under `OUTPUT_URL`, reports `train`/`completed` with it and exits 0 |
 | `TEST_DATASET_URL`, `OUTPUT_URL`         | LL eval worker                 | reports `eval`/`completed` with per-task metrics and classes for each of `MODEL_URLS`, exits 0 |
 | `TEST_DATASET_URL`                       | IL eval worker                 | reports `eval`/`completed` with precision and recall lists for each of `MODEL_URLS` (the first, newly trained, better), exits 0 |
@@ -41,6 +41,9 @@ several LCs share one host (the dev run). Standard library only, like a minimal 
 
 from __future__ import annotations
 
+import datetime
+import hashlib
+import hmac
 import json
 import os
 import random
@@ -50,7 +53,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 
 def env(name: str, default: str = "") -> str:
@@ -222,6 +225,32 @@ def write_model(directory: str, name: str, content: str) -> str:
     return f"{node_path(directory.rstrip('/'))}/{name}"
 
 
+def put_s3(url: str, data: bytes) -> str:
+    """PUT `data` as the object `s3://bucket/key` on `S3_ENDPOINT_URL` (path style, signed
+    with AWS Signature V4 from `ACCESS_KEY_ID` and `SECRET_ACCESS_KEY`); the URL."""
+    endpoint = env("S3_ENDPOINT_URL").rstrip("/")
+    bucket, _, key = url.removeprefix("s3://").partition("/")
+    path = f"/{bucket}/{quote(key, safe='/~')}"
+    stamp_ = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    scope = f"{stamp_[:8]}/us-east-1/s3/aws4_request"
+    headers = {"host": urlsplit(endpoint).netloc, "x-amz-content-sha256": hashlib.sha256(data).hexdigest(),
+               "x-amz-date": stamp_}
+    names = ";".join(sorted(headers))
+    request = "\n".join(["PUT", path, "", *(f"{k}:{headers[k]}" for k in sorted(headers)), "", names,
+                         headers["x-amz-content-sha256"]])
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", stamp_, scope, hashlib.sha256(request.encode()).hexdigest()])
+    key_ = ("AWS4" + env("SECRET_ACCESS_KEY")).encode()
+    for part in scope.split("/"):
+        key_ = hmac.new(key_, part.encode(), hashlib.sha256).digest()
+    signature = hmac.new(key_, to_sign.encode(), hashlib.sha256).hexdigest()
+    auth = f"AWS4-HMAC-SHA256 Credential={env('ACCESS_KEY_ID')}/{scope}, SignedHeaders={names}, Signature={signature}"
+    req = urllib.request.Request(endpoint + path, data=data, method="PUT",
+                                 headers={**headers, "Authorization": auth})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        resp.read()
+    return url
+
+
 def model_urls() -> list[str]:
     return [u for u in env("MODEL_URLS").split(";") if u]
 
@@ -235,7 +264,11 @@ def finish(owner_kind: str, kind: str, results: list) -> None:
 
 def il_train(period: float, rounds: int) -> None:
     out = env("MODEL_URL")
-    trained = write_model(out, "model.pb", f"trained by {env('WORKER_NAME')} from {env('BASE_MODEL_URL')}\n")
+    content = f"trained by {env('WORKER_NAME')} from {env('BASE_MODEL_URL')}\n"
+    if out.startswith("s3://"):
+        trained = put_s3(f"{out.rstrip('/')}/model.pb", content.encode())
+    else:
+        trained = write_model(out, "model.pb", content)
     metrics = {"loss": round(random.uniform(0.2, 0.9), 4)}
     finish("incrementallearningjob", "train", [{"format": "pb", "url": trained, "metrics": metrics},
                                                {"format": "ckpt", "url": node_path(out.rstrip("/")),
