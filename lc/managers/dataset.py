@@ -56,7 +56,7 @@ from lc.files import DEFAULT_LIMITS, Caps, FileLimits, FileRefused
 from lc.managers.base import FileWork, Loops, ObjectLoop, Outgoing
 from lc.report import WorkerReport
 from lc.rootfs import host_to_local
-from lc.s3 import S3Client, S3Clients, S3Credential, S3Url, is_s3
+from lc.s3 import ANNOTATION, S3Client, S3Clients, S3Credential, S3Url, is_s3
 from lc.store.facade import Store
 from shared.logs import event
 from shared.text import clip
@@ -242,9 +242,11 @@ class DatasetMonitor(ObjectLoop):
         return f"dataset-monitor:{self.key}"
 
     def update(self, obj: dict[str, Any]) -> None:
-        """Take a newer object; re-count at once if its spec changed or it is a new object."""
+        """Take a newer object; re-count at once if its spec or its credential changed or it
+        is a new object."""
         replaced = uid_of(obj) != uid_of(self.obj)
-        changed = replaced or obj.get("spec") != self.obj.get("spec")
+        changed = (replaced or obj.get("spec") != self.obj.get("spec")
+                   or annotations_of(obj).get(ANNOTATION) != annotations_of(self.obj).get(ANNOTATION))
         self.obj = obj
         if replaced:
             self.reported, self.error = 0, None  # the new object's status has neither yet

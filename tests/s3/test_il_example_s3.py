@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -22,6 +23,7 @@ from examples import s3example
 from tests.conftest import eventually
 from tests.e2e.conftest import sedna_cluster, start_gm  # noqa: F401 (fixtures)
 from tests.e2e.test_examples import (
+    NS,
     _cycled,
     _fast_il,
     _node_file,
@@ -86,3 +88,28 @@ async def test_the_simulated_train_worker_puts_its_model_in_the_bucket(s3_server
     url = f"s3://{bucket}/out/train/1/model.pb"
     assert SIM.put_s3(url, b"a model\n") == url
     assert await body_of(admin, bucket, "out/train/1/model.pb") == b"a model\n"
+
+
+async def test_an_s3_dataset_without_a_credential_is_a_condition_and_an_event(
+        s3_server, bucket, start_gm, sedna_cluster, tmp_path: Path) -> None:  # noqa: F811
+    """Upstream's LC crashes on it (B-8): here the GM shows why the Dataset is not counted."""
+    dc = sedna_cluster
+    dataset = {"apiVersion": "sedna.io/v1alpha1", "kind": "Dataset", "metadata": {"name": "no-secret"},
+               "spec": {"url": f"s3://{bucket}/index.txt", "format": "txt", "nodeName": "edge-node-1"}}
+    manifest = tmp_path / "dataset.yaml"
+    manifest.write_text(yaml.safe_dump(dataset), encoding="utf-8")
+    gm = await start_gm()
+    async with local_controllers(dc, tmp_path, gm.port) as ports:
+        await eventually(lambda: set(gm.hub.connected_nodes()) == set(ports), within=10,
+                         message="every LC connected")
+        dc.apply_manifests(manifest)
+
+        def condition() -> dict[str, Any] | None:
+            conds = _status(dc, "Dataset", "no-secret").get("conditions") or ()
+            return next((c for c in conds if c.get("type") == "IndexReadable"), None)
+        cond = await eventually(condition, within=15, message="the IndexReadable condition")
+        events = dc.store.registry.lookup(group="", version="v1", resource="events")
+        await eventually(lambda: any(e.get("reason") == "CredentialMissing" and e.get("type") == "Warning"
+                                     for e in dc.store.list(events, NS)[0]), within=10, message="a Warning Event")
+    assert (cond["status"], cond["reason"]) == ("False", "CredentialMissing")
+    assert "carries no sedna.io/credential annotation: set its spec.credentialName" in cond["message"]

@@ -94,10 +94,10 @@ async def test_an_s3_dataset_is_counted_and_recounted(s3_server, admin, bucket, 
         assert len(clients) == 0  # closed with the Dataset
 
 
-async def test_a_rotated_credential_replaces_the_client(s3_server, admin, bucket, tmp_path):
+async def test_a_rotated_credential_replaces_the_client_at_once(s3_server, admin, bucket, tmp_path):
     await admin.put_object(Bucket=bucket, Key="i.txt", Body=index(4))
     url = f"s3://{bucket}/i.txt"
-    async with running_lc(tmp_path, **FAST) as (lc, _):
+    async with running_lc(tmp_path, **{**FAST, "LC_DATASET_PERIOD": "3600"}) as (lc, _):
         await lc.apply_upsert("Dataset", NS, "ds", s3_dataset(url, annotation(s3_server, **{
             "SECRET_ACCESS_KEY": "wrong-secret"})))
         [denied] = await reported(lc, 1)
