@@ -32,11 +32,16 @@ Why SQLite and how it is used:
   job (`forget_workers`) and expire after the worker TTL. A record whose owner this node
   does not hold (no such job here, or no job kind matched yet) expires sooner and counts
   against its own byte cap: any client on the network can send reports for owners that do
-  not exist. Both caps drop the oldest records first, never the one just written.
+  not exist. Both caps drop the oldest records first, never one written by the same
+  group commit (each was answered 200); the TTLs and caps are applied once per group
+  commit, after all its reports, so until the next one a table may hold one batch's
+  records over its cap.
 - Every byte cap is enforced from `lc_usage` (records and bytes per table or class of
   records), which triggers keep in step with every insert, update and delete in the same
-  transaction, and which is recounted at every open; so a cap costs one lookup per write,
-  not a scan. Listings are read a page at a time (`worker_page`, `dead_letter_page`) with
+  transaction, and which is recounted at every open; so a cap costs one lookup per write
+  (per group commit for the worker records), not a scan. Each trigger statement finds its
+  lc_usage row by key alone: an OR in its WHERE made SQLite build a temporary table for
+  every row written. Listings are read a page at a time (`worker_page`, `dead_letter_page`) with
   each item's JSON bounded, never a whole table.
 - Every SQLite call runs on one dedicated thread with its own connection, never on the
   event loop. Tables are prefixed `lc_` so the file can coexist with the `resources`

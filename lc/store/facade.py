@@ -48,7 +48,6 @@ from lc.store.workers import (
     ListedWorker,
     WorkerRecord,
     expire_workers,
-    holds,
     listed_worker,
     trim_workers,
     worker_record,
@@ -322,9 +321,7 @@ class Store:
 
         def op(conn: sqlite3.Connection) -> Appended:
             used = check_room(conn, rows, cap)
-            known = routed_kind is not None and holds(conn, routed_kind, key[0],
-                                                       report["ownerName"])
-            conn.execute(UPSERT_WORKER, (*worker, int(known)))
+            conn.execute(UPSERT_WORKER, worker)
             self._written[key] = now
             return append_rows(conn, rows, cap=cap, used=used)
 

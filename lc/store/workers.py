@@ -50,17 +50,15 @@ LIVE = "received_at >= iif(owner_known, ?, ?)"
 """A worker record within its TTL; the arguments are `Store._cutoffs()`."""
 UPSERT_WORKER = (
     "INSERT INTO lc_workers (namespace, name, owner_kind, owner_name, report, received_at, "
-    "routed_kind, bytes, owner_known) VALUES (?,?,?,?,?,?,?,?,?) "
+    "routed_kind, bytes, owner_known) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
+    "?7 IS NOT NULL AND EXISTS (SELECT 1 FROM lc_resources WHERE kind = ?7 AND "
+    "namespace = ?1 AND name = ?4)) "
     "ON CONFLICT (namespace, name) DO UPDATE SET owner_kind = excluded.owner_kind, "
     "owner_name = excluded.owner_name, report = excluded.report, "
     "received_at = excluded.received_at, routed_kind = excluded.routed_kind, "
     "bytes = excluded.bytes, owner_known = excluded.owner_known")
-
-
-def holds(conn: sqlite3.Connection, kind: str, namespace: str, name: str) -> bool:
-    """Whether this node holds the object (kind, namespace, name)."""
-    return conn.execute("SELECT 1 FROM lc_resources WHERE kind = ? AND namespace = ? AND "
-                        "name = ?", (kind, namespace, name)).fetchone() is not None
+"""Write a worker's record (namespace, name, owner kind and name, report JSON, received_at,
+routed_kind, bytes); its owner is known when this node holds the job `routed_kind` names."""
 
 
 def expire_workers(conn: sqlite3.Connection, bounds: StoreBounds, now: float) -> None:
