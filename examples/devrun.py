@@ -307,7 +307,7 @@ def example_paths() -> list[Path]:
 
 
 def _serving(gm: GlobalManager, lcs: dict[str, LocalController]) -> str:
-    return (f"GM           http://127.0.0.1:{gm.port} (/metrics, /healthz, /readyz)\n"
+    return (f"GM           http://127.0.0.1:{gm.port} (/metrics, /sessions, /healthz, /readyz)\n"
             f"status page  http://127.0.0.1:{gm.port}/ui\n"
             f"LCs          {', '.join(f'{n} http://127.0.0.1:{lc.port}' for n, lc in lcs.items())}\n")
 

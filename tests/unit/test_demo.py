@@ -13,7 +13,7 @@ from examples.democluster import parse_banner
 from examples.demokinds import EDIT_ENV, KINDS, KindDemo, Worker, resolve
 
 BANNER = """dev cluster  https://127.0.0.1:6444
-GM           http://127.0.0.1:45229 (/metrics, /healthz, /readyz)
+GM           http://127.0.0.1:45229 (/metrics, /sessions, /healthz, /readyz)
 LCs          edge-node-1 http://127.0.0.1:34809, edge-node-2 http://127.0.0.1:43809, cloud-node http://127.0.0.1:42729
 examples     none
 
