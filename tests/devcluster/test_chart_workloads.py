@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.conftest import eventually
 from tests.devcluster.helpers import rt
-from tests.unit.test_crds import render_chart
+from tests.helm.chart import render_chart
 
 
 def _running_nodes(store, ns, labels):

@@ -31,7 +31,7 @@ from gm.kube.resources import (
 )
 from shared import apis
 from tests.conftest import assert_no_crashes, eventually, run_kubectl
-from tests.unit.test_crds import render_chart
+from tests.helm.chart import render_chart
 
 Run = Callable[..., Awaitable[tuple[int, str, str]]]
 RBAC = "/apis/rbac.authorization.k8s.io/v1"

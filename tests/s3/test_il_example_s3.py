@@ -32,7 +32,7 @@ from tests.e2e.test_examples import (
     local_controllers,
     simulated_images,
 )
-from tests.unit.test_lc_learning import SIM
+from tests.learningjobs import SIM
 
 JOB = "helmet-detection-demo"
 SAMPLES = s3example.SAMPLES

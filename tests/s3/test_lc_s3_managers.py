@@ -22,8 +22,8 @@ import pytest
 
 from lc.s3 import S3Clients, S3Credential
 from tests.conftest import eventually
+from tests.learningjobs import IL, LINES, NS, _cond, _il_job, _node_objects, _obj
 from tests.s3server import CountingProxy, S3Endpoint
-from tests.unit.test_lc_learning import IL, LINES, NS, _cond, _il_job, _node_objects, _obj
 from tests.unit.test_lc_support import running_lc
 
 MiB = 1 << 20

@@ -10,7 +10,7 @@ import yaml
 
 from gm.config import parse_config
 from lc.config import load as load_lc_config
-from tests.unit.test_crds import CHART, _allowed, _one, render_chart
+from tests.helm.chart import CHART, _allowed, _one, render_chart
 
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
 NO_REVIEW = {"tokenReview": {"enabled": False}}

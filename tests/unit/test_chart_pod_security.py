@@ -15,9 +15,9 @@ from collections.abc import Iterator
 import pytest
 
 from gm.config import parse_config
+from tests.helm.chart import CHART, _one, render_chart
 from tests.helm.helmbin import ROOT, helm_env, helm_path
 from tests.unit.test_chart_auth import NO_REVIEW, VALUES, gm_yaml, rendered
-from tests.unit.test_crds import CHART, _one, render_chart
 
 BASELINE_CAPABILITIES = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
                          "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from gm.config import parse_config
+from tests.helm.chart import _one, render_chart
 from tests.unit.test_chart_auth import gm_yaml, rendered
-from tests.unit.test_crds import _one, render_chart
 
 
 def _quantity_mib(value: str) -> float:

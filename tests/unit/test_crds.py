@@ -1,110 +1,31 @@
-"""The chart: CRDs are structural and match the registry, upstream manifests validate,
-and every template renders into the objects a cluster needs.
-
-Objects are checked twice: by the dev cluster's schema code (defaulting, pruning and
-validation as the API server does them) and by a strict local validator that also calls
-unknown fields errors, so a field upstream users write that our schema lacks is caught
-instead of silently pruned.
-
-There is no helm binary here, so templates are rendered by a tiny interpreter of the
-template forms the chart allows (see `render`); anything else fails the test.
-"""
+"""The CRDs are structural and match the registry, and upstream manifests and the statuses the
+GM writes validate against them (tests/crdcheck.py: as the API server checks them, and
+strictly)."""
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import re
-from datetime import datetime
 from pathlib import Path
 
 import pytest
-import yaml
 
-from devcluster.cluster import KubeYamlLoader
 from devcluster.strategy import schema as server_schema
-from gm.config import parse_config
 from gm.edge.order import FIELD
-from gm.kinds import DECLARATIONS
-from gm.reconcile.declaration import KindDeclaration
-from lc.config import load as load_lc_config
 from shared import apis
+from tests.crdcheck import (
+    _TYPES,
+    CRD_IDS,
+    CRDS,
+    crd_schema,
+    load_docs,
+    server_check,
+    validate,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts" / "sedna"
 EXAMPLES = ROOT / "examples" / "upstream"
 
-
-# --- YAML as Kubernetes reads it -------------------------------------------------------------
-
-
-# (KubeYamlLoader, from devcluster.cluster: the dev cluster reads manifests the same way)
-
-
-def load_docs(text: str) -> list[dict]:
-    return [d for d in yaml.load_all(text, Loader=KubeYamlLoader) if d is not None]
-
-
-# --- a small validator for the schema subset the CRDs use ------------------------------------
-
-_TYPES = {
-    "object": lambda v: isinstance(v, dict),
-    "array": lambda v: isinstance(v, list),
-    "string": lambda v: isinstance(v, str),
-    "boolean": lambda v: isinstance(v, bool),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-}
-
-
-def _is_datetime(value: str) -> bool:
-    try:
-        datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return False
-    return "T" in value
-
-
-def validate(schema: dict, value, path: str = "") -> list[str]:
-    """Errors of `value` against `schema`, as "path: problem"; unknown fields are errors
-    (what kubectl's strict field validation reports) unless the schema preserves them."""
-    if value is None:
-        return [] if schema.get("nullable") else [f"{path}: must not be null"]
-    typ = schema["type"]
-    if not _TYPES[typ](value):
-        return [f"{path}: expected {typ}, got {type(value).__name__}"]
-    errors = []
-    if "enum" in schema and value not in schema["enum"]:
-        errors.append(f"{path}: {value!r} not in {schema['enum']}")
-    if "minimum" in schema and value < schema["minimum"]:
-        errors.append(f"{path}: {value} is less than {schema['minimum']}")
-    if schema.get("format") == "date-time" and not _is_datetime(value):
-        errors.append(f"{path}: {value!r} is not a date-time")
-    if typ == "array":
-        for i, item in enumerate(value):
-            errors += validate(schema["items"], item, f"{path}[{i}]")
-    if typ == "object":
-        props = schema.get("properties", {})
-        for name in schema.get("required", []):
-            if name not in value:
-                errors.append(f"{path}.{name}: required")
-        for name, item in value.items():
-            if name in props:
-                errors += validate(props[name], item, f"{path}.{name}")
-            elif not schema.get("x-kubernetes-preserve-unknown-fields") and path != ".metadata":
-                errors.append(f"{path}.{name}: unknown field")
-    return errors
-
-
-# --- CRD structure ---------------------------------------------------------------------------
-
-CRDS = apis.crd_manifests()
-CRD_IDS = [c["spec"]["names"]["kind"] for c in CRDS]
-_SCHEMAS = {c["spec"]["names"]["kind"]: c["spec"]["versions"][0]["schema"]["openAPIV3Schema"] for c in CRDS}
-
-
-def crd_schema(kind: str) -> dict:
-    return _SCHEMAS[kind]
 
 _SCHEMA_KEYS = {"type", "description", "properties", "required", "items", "enum", "format",
                 "nullable", "default", "minimum", "x-kubernetes-preserve-unknown-fields"}
@@ -261,8 +182,6 @@ def test_printer_column_names(kind, columns):
     assert [c["name"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]] == columns
 
 
-# --- upstream manifests validate -------------------------------------------------------------
-
 EXAMPLE_FILES = sorted(EXAMPLES.glob("*.yaml"))
 EXAMPLE_DOCS = {path: load_docs(path.read_text()) for path in EXAMPLE_FILES}
 
@@ -272,13 +191,6 @@ def _example_docs():
         for i, doc in enumerate(docs):
             if doc["apiVersion"] == apis.API_VERSION:
                 yield pytest.param(doc, id=f"{path.stem}-{i}-{doc['kind']}")
-
-
-def server_check(kind: str, obj: dict) -> tuple[dict, list[str]]:
-    """What the API server stores for `obj` (defaulted, pruned) and its validation errors."""
-    schema = crd_schema(kind)
-    stored = server_schema.prune(schema, server_schema.apply_defaults(schema, obj))
-    return stored, [e.message() for e in server_schema.validate(schema, stored)]
 
 
 @pytest.mark.parametrize("doc", list(_example_docs()))
@@ -444,236 +356,6 @@ def test_invalid_status_is_rejected(kind, status, error):
     assert len(errors) == 1 and errors[0].startswith(error), errors
     _, errors = server_check(kind, obj)
     assert len(errors) == 1 and errors[0].startswith(error.lstrip(".").split(":")[0] + ":"), errors
-
-
-# --- chart templates -------------------------------------------------------------------------
-
-RELEASE = {"Namespace": "sedna", "Name": "sedna", "Service": "Helm"}
-_ACTION = re.compile(r"(\n?[ \t]*)?\{\{(-?)\s*(.*?)\s*(-?)\}\}")
-
-
-def _go_string(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "<no value>"
-    return str(value)
-
-
-def _lookup(expr: str, scope: dict):
-    root, *keys = expr.lstrip(".").split(".")
-    node = scope[root]
-    for key in keys:
-        node = node[key]
-    return node
-
-
-def _pipeline(text: str, scope: dict) -> str:
-    head, *funcs = [p.strip() for p in text.split("|")]
-    if not head.startswith("."):
-        raise ValueError(f"unsupported template expression {text!r}")
-    value = _lookup(head, scope)
-    for func in funcs:
-        if func != "quote":
-            raise ValueError(f"unsupported template function {func!r}")
-        value = '"' + _go_string(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return _go_string(value)
-
-
-def render(template: str, values: dict, chart: dict) -> str:
-    """Render the Helm template subset the chart uses: `{{ .Values.x }}`, `.Release.*`,
-    `.Chart.*`, `| quote`, `{{- if .Values.x }} ... [{{- else }} ...] {{- end }}` and `-` trimming."""
-    scope = {"Values": values, "Release": RELEASE, "Chart": {k[0].upper() + k[1:]: v for k, v in chart.items()}}
-    out, pos, stack = [], 0, []
-    for m in _ACTION.finditer(template):
-        lead, trim_left, body, trim_right = m.group(1) or "", m.group(2), m.group(3), m.group(4)
-        text = template[pos:m.start()]
-        if not trim_left:
-            text += lead
-        if all(stack):
-            out.append(text)
-        pos = m.end()
-        if trim_right:
-            while pos < len(template) and template[pos] in " \t\n":
-                pos += 1
-        if body.startswith("if "):
-            stack.append(bool(_lookup(body[3:].strip(), scope)) and all(stack))
-        elif body == "else":
-            stack[-1] = all(stack[:-1]) and not stack[-1]
-        elif body == "end":
-            stack.pop()
-        elif all(stack):
-            out.append(_pipeline(body, scope))
-    assert not stack, "unterminated if"
-    out.append(template[pos:])
-    return "".join(out)
-
-
-def _chart_meta() -> dict:
-    return yaml.safe_load((CHART / "Chart.yaml").read_text())
-
-
-def render_chart(**overrides) -> dict[str, list[dict]]:
-    """The chart rendered by the real `helm template` (top-level values replaced by
-    `overrides`), as template file name -> documents."""
-    from tests.helm.helmbin import helm_template
-
-    rendered = {path.name: [] for path in sorted((CHART / "templates").glob("*.yaml"))}
-    for name, text in helm_template(CHART, overrides, namespace=RELEASE["Namespace"]).items():
-        rendered[name] = load_docs(text)
-    return rendered
-
-
-def _one(rendered: dict, kind: str) -> dict:
-    [obj] = [d for docs in rendered.values() for d in docs if d["kind"] == kind]
-    return obj
-
-
-def test_chart_metadata():
-    meta = _chart_meta()
-    assert (meta["apiVersion"], meta["name"], meta["type"]) == ("v2", "sedna", "application")
-    assert meta["appVersion"] == "0.1.0"
-
-
-def test_templates_render_to_the_expected_kinds():
-    rendered = render_chart()
-    kinds = {name: [d["kind"] for d in docs] for name, docs in rendered.items()}
-    assert kinds == {
-        "gm-configmap.yaml": ["ConfigMap"],
-        "gm-deployment.yaml": ["Deployment"],
-        "gm-pdb.yaml": ["PodDisruptionBudget"],
-        "gm-service.yaml": ["Service"],
-        "lc-daemonset.yaml": ["DaemonSet"],
-        "namespace.yaml": ["Namespace", "Namespace"],
-        "node-tokens-secret.yaml": [],  # auth.nodeTokens.create
-        "rbac.yaml": ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"],
-        "serviceaccount.yaml": ["ServiceAccount", "ServiceAccount"],
-        "dashboards.yaml": [],  # dashboards.enabled
-        "servicemonitor.yaml": [],  # serviceMonitor.enabled
-    }
-    for docs in rendered.values():
-        for doc in docs:
-            if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "Namespace"):
-                lc = (doc["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "lc"
-                assert doc["metadata"]["namespace"] == ("sedna-lc" if lc else "sedna"), doc["metadata"]
-
-
-def test_namespace_is_optional():
-    gm_ns, lc_ns = render_chart()["namespace.yaml"]
-    assert (gm_ns["metadata"]["name"], lc_ns["metadata"]["name"]) == ("sedna", "sedna-lc")
-    assert gm_ns["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
-    [lc_only] = render_chart(createNamespace=False)["namespace.yaml"]
-    assert lc_only["metadata"]["name"] == "sedna-lc"
-
-
-def test_unsupported_template_forms_fail():
-    with pytest.raises(ValueError, match="unsupported template function"):
-        render("{{ .Values.a | toYaml }}", {"a": 1}, {})
-
-
-def test_gm_config_is_what_the_gm_loads():
-    cm = _one(render_chart(), "ConfigMap")
-    assert cm["metadata"]["name"] == "gm-config"
-    cfg = parse_config(cm["data"]["sedna-gm.yaml"])
-    assert (cfg.kubeConfig, cfg.master, cfg.namespace) == ("", "", "")
-    assert (cfg.websocket.address, cfg.websocket.port) == ("0.0.0.0", 9000)
-    assert cfg.localController.server == "http://localhost:9100"
-    assert cfg.knowledgeBaseServer.server == "http://kb.sedna:9020"
-    assert cfg.minResyncPeriodSeconds == 30
-    assert (cfg.kubeClient.qps, cfg.kubeClient.burst, cfg.kubeClient.statusQps, cfg.kubeClient.eventQps) == (200.0, 400, 1000.0, 50.0)
-    assert cfg.workers == 4
-    assert (cfg.leaderElection.enabled, cfg.leaderElection.leaseName,
-            cfg.leaderElection.leaseNamespace) == (True, "sedna-gm", "sedna")
-    assert (cfg.log.level, cfg.log.format) == ("info", "json")
-
-
-def test_gm_deployment_and_service():
-    rendered = render_chart()
-    deploy, svc = _one(rendered, "Deployment"), _one(rendered, "Service")
-    pod = deploy["spec"]["template"]
-    assert deploy["spec"]["selector"]["matchLabels"] == {"sedna": "gm"}
-    assert pod["metadata"]["labels"]["sedna"] == "gm"
-    assert pod["spec"]["serviceAccountName"] == rendered["serviceaccount.yaml"][0]["metadata"]["name"] == "sedna"
-    [container] = pod["spec"]["containers"]
-    assert container["image"] == "sedna-py:0.1.0"
-    assert container["command"] == ["sedna-gm", "--config", "/config/sedna-gm.yaml"]
-    assert container["ports"] == [{"name": "websocket", "containerPort": 9000, "protocol": "TCP"}]
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "websocket"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "websocket"}
-    assert container["volumeMounts"] == [{"name": "config", "mountPath": "/config", "readOnly": True}]
-    assert pod["spec"]["volumes"] == [{"name": "config", "configMap": {"name": "gm-config"}}]
-    [term] = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"]
-    assert term == {"matchExpressions": [{"key": "node-role.kubernetes.io/edge", "operator": "DoesNotExist"}]}
-    assert svc["metadata"]["name"] == "gm"
-    assert svc["spec"]["selector"] == {"sedna": "gm"}
-    assert svc["spec"]["ports"] == [{"name": "tcp-0", "port": 9000, "targetPort": "websocket", "protocol": "TCP"}]
-
-
-def test_lc_daemonset():
-    ds = _one(render_chart(), "DaemonSet")
-    pod = ds["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == {"node-role.kubernetes.io/edge": ""}
-    assert (pod["hostNetwork"], pod["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
-    [container] = pod["containers"]
-    assert container["command"] == ["sedna-lc"]
-    env = {e["name"]: e for e in container["env"]}
-    assert env["NODENAME"] == {"name": "NODENAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
-    plain = {name: e["value"] for name, e in env.items() if "value" in e}
-    assert plain == {"GM_ADDRESS": "gm.sedna:9000", "BIND_PORT": "9100", "ROOTFS_MOUNT_DIR": "/rootfs",
-                     "LOG_LEVEL": "info", "LOG_FORMAT": "json", "GM_TOKEN_FILE": "/var/run/secrets/sedna/token"}
-    cfg = load_lc_config({**plain, "NODENAME": "edge-node-1"})
-    assert (cfg.gm_url, cfg.node_name, cfg.bind_port, cfg.rootfs) == (
-        "ws://gm.sedna:9000/", "edge-node-1", 9100, "/rootfs")
-    assert container["ports"] == [{"name": "worker-api", "containerPort": 9100, "protocol": "TCP"}]
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "worker-api"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "worker-api"}
-    assert container["volumeMounts"][0] == {"name": "rootfs", "mountPath": "/rootfs"}
-    assert pod["volumes"][0] == {"name": "rootfs", "hostPath": {"path": "/"}}
-
-
-def _allowed(role: dict, group: str, resource: str) -> set[str]:
-    return {verb for rule in role["rules"] if group in rule["apiGroups"] and resource in rule["resources"]
-            for verb in rule["verbs"]}
-
-
-def test_cluster_role_covers_what_the_gm_does():
-    """The kinds and children the GM works with; tests/helm/test_rbac_rules.py derives the exact
-    set from the GM's code."""
-    rendered = render_chart()
-    role, binding = _one(rendered, "ClusterRole"), _one(rendered, "ClusterRoleBinding")
-    for api in apis.ALL_KINDS:
-        assert _allowed(role, "sedna.io", api.plural) >= {"get", "list", "watch"}
-        assert _allowed(role, "sedna.io", f"{api.plural}/status") == {"patch"}
-    for decl in DECLARATIONS:  # owners of children with blockOwnerDeletion
-        assert _allowed(role, "sedna.io", f"{decl.api.plural}/finalizers") == {"update"}
-    # children: cached by list+watch, relabelled (patch) when an older GM made them
-    assert _allowed(role, "", "pods") == {"create", "get", "list", "watch", "delete", "patch"}
-    assert _allowed(role, "apps", "deployments") == {"create", "get", "list", "watch", "delete", "update",
-                                                     "patch"}
-    assert _allowed(role, "autoscaling", "horizontalpodautoscalers") == {"create", "get", "list", "watch",
-                                                                         "update", "delete", "patch"}
-    assert _allowed(role, "", "services") == {"create", "get", "list", "watch", "update", "delete", "patch"}
-    assert _allowed(role, "", "secrets") == {"list", "watch"}  # the Secret informer
-    assert _allowed(role, "", "events") == {"create", "patch"}
-    assert _allowed(role, "coordination.k8s.io", "leases") == set()  # the Role's, in its namespace
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                  "name": role["metadata"]["name"]}
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "sedna", "namespace": "sedna"}]
-    lease_role, lease_binding = _one(rendered, "Role"), _one(rendered, "RoleBinding")
-    assert lease_role["metadata"]["namespace"] == lease_binding["metadata"]["namespace"] == "sedna"
-    assert _allowed(lease_role, "coordination.k8s.io", "leases") == {"create", "get", "update"}
-    assert lease_binding["subjects"] == binding["subjects"]
-
-
-def test_cluster_role_lets_the_gm_delete_the_kinds_that_expire():
-    """A kind declaring `expired` (ttlSecondsAfterFinished) is deleted by the GM itself."""
-    role = _one(render_chart(), "ClusterRole")
-    never = next(f.default for f in dataclasses.fields(KindDeclaration) if f.name == "expired")
-    expiring = [d.api for d in DECLARATIONS if d.expired is not never]
-    assert expiring, "no kind declares expired: the test checks nothing"
-    for api in expiring:
-        assert "delete" in _allowed(role, "sedna.io", api.plural), api.kind
 
 
 @pytest.mark.parametrize("kind", ["Dataset", "JointInferenceService", "FederatedLearningJob", "Model"])

@@ -19,7 +19,7 @@ import proto
 from gm.edge import intake as hub_module
 from gm.edge.hub import Hub
 from tests.hubfakes import MemSource
-from tests.unit.test_hub import (
+from tests.unit.hub.rig import (
     NODE,
     OTHER,
     MemHandler,

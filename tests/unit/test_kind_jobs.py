@@ -13,8 +13,8 @@ from gm.reconcile.declaration import Observed
 from gm.reports import ReportInvalid
 from gm.workers.specerrors import InvalidSpec
 from shared.objects import find_condition, spec_hash_of
+from tests.crdcheck import crd_schema, server_check, validate
 from tests.jobsim import T0, JobSim
-from tests.unit.test_crds import crd_schema, server_check, validate
 
 UID = "7d0c4c52-1b7e-4d8e-9c0e-5f1e2a3b4c5d"
 

@@ -16,7 +16,7 @@ from gm.reports import ReportInvalid
 from gm.workers.owned import MANAGED_BY
 from gm.workers.specerrors import InvalidSpec, SpecError
 from shared.objects import SPEC_HASH_ANNOTATION, find_condition, spec_hash_of
-from tests.unit.test_crds import crd_schema, server_check, validate
+from tests.crdcheck import crd_schema, server_check, validate
 
 NAME = "pedestrian-search"
 NS = "default"

@@ -12,7 +12,7 @@ from gm.kinds import objecttracking
 from gm.reconcile.declaration import Dependencies, Observed
 from gm.workers.specerrors import InvalidSpec
 from shared.objects import find_condition, spec_hash_of
-from tests.unit.test_crds import crd_schema, server_check, validate
+from tests.crdcheck import crd_schema, server_check, validate
 from tests.unit.test_kind_objectsearch import DEPS, built_by_name, env
 
 NAME = "pedestrian-tracking"

@@ -28,8 +28,8 @@ from lc.managers.learning.models import copy_model
 from lc.managers.learning.samples import read_samples
 from lc.store.facade import Store
 from tests.conftest import eventually
+from tests.learningjobs import LINES, LL, NS, _bodies, _cond, _ll_job, _node_objects
 from tests.unit.test_lc_files import CAN_MKNOD, HANG, fifo, finishes, reader_waiting
-from tests.unit.test_lc_learning import LINES, LL, NS, _bodies, _cond, _ll_job, _node_objects
 from tests.unit.test_lc_support import running_lc
 
 
