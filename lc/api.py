@@ -53,14 +53,15 @@ from aiohttp.http_exceptions import BadHttpMessage
 from aiohttp.web_protocol import RequestPayloadError
 
 from lc.budget import DEFAULT_BUDGET, DEFAULT_WAIT, BodyBudget, BudgetExceeded, Share
-from lc.dispatch import Dispatcher
+from lc.dispatch import UNKNOWN_KIND, Dispatcher
 from lc.errors import ReportError, StoreError
 from lc.metrics import LCMetrics
 from lc.openapi import DOCUMENT, MAX_BODY, MAX_LIST_LIMIT
-from lc.report import decode_report, parse_json
+from lc.report import WorkerReport, decode_report, parse_json
 from lc.store.bounds import Page
 from lc.store.facade import Store
 from lc.store.outbox import OutboxFullError
+from shared import apis
 from shared.logs import event
 from shared.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from shared.metrics import render
@@ -128,9 +129,17 @@ async def post_report(request: web.Request) -> web.StreamResponse:
         metrics.reports_in_flight.dec()
 
 
+def _kind_of(report: WorkerReport | None) -> str:
+    """A refused report's kind for the per-kind count: a kind of the registry, else unknown
+    (the ownerKind is the worker's word, and the label must stay bounded)."""
+    api = apis.by_ws_kind(report.owner_kind) if report is not None and report.owner_kind else None
+    return api.kind if api is not None else UNKNOWN_KIND
+
+
 async def _report(request: web.Request, metrics: LCMetrics, share: Share) -> web.StreamResponse:
     started = time.perf_counter()
     path_name = request.match_info["name"]
+    report = None
     try:
         _check_media(request)
         # parsed at once, so the body's bytes go before the report is checked and stored
@@ -140,9 +149,10 @@ async def _report(request: web.Request, metrics: LCMetrics, share: Share) -> web
             raise ReportError(f"worker name(name={clip(path_name)}) in the api is different "
                               f"from that(name={clip(report.name)}) in the message body",
                               reason="name_mismatch")
-        route = await request.app[DISPATCHER_KEY].handle_report(report)
+        routed = await request.app[DISPATCHER_KEY].handle_report(report)
     except ReportError as exc:
         metrics.reports_rejected.labels(exc.reason).inc()
+        metrics.kind_reports.labels(_kind_of(report), "refused").inc()
         event(log, "report refused", level=logging.INFO, worker=clip(path_name),
               reason=exc.reason, error=exc.message)
         response = error_response(exc.status, exc.message)
@@ -173,7 +183,8 @@ async def _report(request: web.Request, metrics: LCMetrics, share: Share) -> web
               error=str(exc))
         return error_response(503, f"report of worker(name={clip(path_name)}) not stored: "
                                    f"{exc}", **{"Retry-After": STORE_RETRY_AFTER})
-    metrics.reports_accepted.labels(route).inc()
+    metrics.reports_accepted.labels(routed.route).inc()
+    metrics.kind_reports.labels(routed.kind, "accepted").inc()
     metrics.report_seconds.observe(time.perf_counter() - started)
     return web.Response(body=OK_BODY, content_type=JSON)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import orjson
 
@@ -49,6 +49,15 @@ from shared.text import clip
 log = logging.getLogger(__name__)
 
 Route = Literal["forwarded", "ignored", "unrouted"]
+UNKNOWN_KIND = "unknown"  # a report whose job this node does not hold (yet), or not decoded
+
+
+class Routed(NamedTuple):
+    """Where a report went, and the kind of the job it was routed to (`UNKNOWN_KIND` when
+    it is kept until its job is known)."""
+
+    route: Route
+    kind: str
 ResourceKey = tuple[str, str, str]
 
 MAX_STATUS_JSON = 1 << 20
@@ -72,7 +81,7 @@ class Dispatcher:
 
     # ---- worker reports --------------------------------------------------------------
 
-    async def handle_report(self, report: WorkerReport) -> Route:
+    async def handle_report(self, report: WorkerReport) -> Routed:
         """Route and durably store one validated report; returns where it went."""
         check_relayable(report)
         _require_owner(report)
@@ -83,12 +92,12 @@ class Dispatcher:
             await self._store.record_report(report.to_json(), routed_kind=None, entries=[])
             event(log, "report kept until its job is known", worker=report.name,
                   key=f"{report.namespace}/{report.owner_name}", owner_kind=report.owner_kind)
-            return "unrouted"
+            return Routed("unrouted", UNKNOWN_KIND)
         entries = _checked_entries(manager, report, namespace=report.namespace,
                                    name=report.owner_name, door_checked=True)
         await self._store.record_report(report.to_json(), routed_kind=manager.kind,
                                         entries=[tuple(e) for e in entries])
-        return "forwarded" if entries else "ignored"
+        return Routed("forwarded" if entries else "ignored", manager.kind)
 
     async def _match_owner(self, report: WorkerReport) -> Manager | None:
         """The one job kind this node holds under the report's namespace/ownerName."""

@@ -40,6 +40,10 @@ class LCMetrics:
         self.reports_accepted = Counter(
             "sedna_lc_reports_accepted", "Worker reports answered 200, by route.", ["route"],
             registry=r)
+        self.kind_reports = Counter(
+            "sedna_lc_kind_reports", "Worker reports answered 200 (accepted) or refused at the door, by "
+            "the kind of their job (unknown: not held by this node yet, or not decoded).",
+            ["kind", "outcome"], registry=r)
         self.reports_rejected = Counter(
             "sedna_lc_reports_rejected", "Worker reports refused, by reason.", ["reason"],
             registry=r)

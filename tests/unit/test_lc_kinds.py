@@ -115,7 +115,7 @@ async def test_objects_the_gm_sends_are_kept_and_match_reports_without_owner_kin
         assert [r[:3] for r in await lc.store.list_resources()] == [(kind, "default", "job")]
         report = WorkerReport(name="w-0", namespace="default", owner_name="job", owner_kind="",
                               kind="inference", status="running", owner_info={"n": 1})
-        assert await lc.dispatcher.handle_report(report) == "forwarded"
+        assert (await lc.dispatcher.handle_report(report)).route == "forwarded"
         [entry] = await lc.store.pending()
         assert (entry.kind, entry.name, entry.body["output"]["ownerInfo"]) == (kind, "job", {"n": 1})
         await lc.apply_delete(kind, "default", "job")
@@ -126,7 +126,7 @@ async def test_report_before_its_object_waits_and_is_routed_once_it_arrives(tmp_
     async with running_lc(tmp_path) as (lc, _):
         early = WorkerReport(name="reid-reid-0", namespace="default", owner_name="reid",
                              owner_kind="default", kind="inference", status="completed")
-        assert await lc.dispatcher.handle_report(early) == "unrouted"
+        assert (await lc.dispatcher.handle_report(early)).route == "unrouted"
         assert await lc.store.pending() == []
         await lc.apply_upsert("ReidJob", "default", "reid", _object("ReidJob", "default", "reid"))
         [entry] = await lc.store.pending()

@@ -241,7 +241,7 @@ async def test_known_job_routes_default_owner_kind_at_once(tmp_path: Path) -> No
         route = await lc.dispatcher.handle_report(WorkerReport(
             name="w", namespace="default", owner_name="fl", owner_kind="default", kind="train",
             status="completed", owner_info={"currentRound": 1}))
-        assert route == "forwarded"
+        assert route == ("forwarded", "FederatedLearningJob")
         [entry] = await lc.store.pending()
         assert (entry.kind, entry.name, entry.body["status"]) == ("FederatedLearningJob", "fl",
                                                                  "completed")

@@ -123,3 +123,27 @@ def test_the_links_state_and_settled_reports_by_kind() -> None:
             if s.name == "sedna_lc_link_kind_reports_total"} == {
         ("Dataset", "acked"): 2, ("JointInferenceService", "refused"): 1, ("Dataset", "unsendable"): 1}
     assert "by_kind" not in info.as_dict()  # /readyz shows the totals only
+
+
+async def test_worker_reports_are_counted_by_the_kind_of_their_job(tmp_path: Path) -> None:
+    body = {"name": "w-0", "namespace": "default", "ownerName": "ji", "ownerKind": "jointinferenceservice",
+            "kind": "inference", "status": "running", "results": [],
+            "ownerInfo": {"inferenceNumber": 3, "hardExampleNumber": 1, "uploadCloudRatio": 0.3}}
+    async with running_lc(tmp_path) as (lc, url), session() as http:
+        async with http.post(f"{url}/sedna/workers/w-0/info", json={**body, "ownerKind": "default"}) as resp:
+            assert resp.status == 200  # no job held under that name yet: kept, its kind unknown
+        await lc.apply_upsert("JointInferenceService", "default", "ji", {
+            "metadata": {"name": "ji", "namespace": "default", "uid": "u1"}, "spec": {}})
+        async with http.post(f"{url}/sedna/workers/w-0/info", json=body) as resp:
+            assert resp.status == 200
+        async with http.post(f"{url}/sedna/workers/w-0/info", json={**body, "name": "other"}) as resp:
+            assert resp.status == 400  # name mismatch: refused, its kind known
+        async with http.post(f"{url}/sedna/workers/w-0/info", data=b"{not json",
+                             headers={"Content-Type": "application/json"}) as resp:
+            assert resp.status == 400  # not decoded: kind unknown
+        async with http.get(f"{url}/metrics") as resp:
+            text = await resp.text()
+    counted = {(s.labels["kind"], s.labels["outcome"]): s.value for s in samples(text)
+               if s.name == "sedna_lc_kind_reports_total"}
+    assert counted == {("unknown", "accepted"): 1, ("JointInferenceService", "accepted"): 1,
+                       ("JointInferenceService", "refused"): 1, ("unknown", "refused"): 1}
