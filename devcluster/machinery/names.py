@@ -38,34 +38,36 @@ def _max_len(n: int) -> str:
     return f"must be no more than {n} characters"
 
 
-def dns1123_label_errors(value: str) -> list[str]:
-    errs = [_max_len(63)] if len(value) > 63 else []
-    if not _DNS1123_LABEL_RE.fullmatch(value):
-        errs.append(_regex_error(
-            "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
-            "and must start and end with an alphanumeric character",
-            _DNS1123_LABEL_FMT, "my-name", "123-abc"))
+def _syntax_errors(value: str, limit: int, pattern: re.Pattern[str], msg: str, *examples: str) -> list[str]:
+    """`value` longer than `limit`, or not all of `pattern`: the server's message for each."""
+    errs = [_max_len(limit)] if len(value) > limit else []
+    if not pattern.fullmatch(value):
+        errs.append(_regex_error(msg, pattern.pattern, *examples))
     return errs
+
+
+def dns1123_label_errors(value: str) -> list[str]:
+    return _syntax_errors(
+        value, 63, _DNS1123_LABEL_RE,
+        "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+        "and must start and end with an alphanumeric character",
+        "my-name", "123-abc")
 
 
 def dns1123_subdomain_errors(value: str) -> list[str]:
-    errs = [_max_len(253)] if len(value) > 253 else []
-    if not _DNS1123_SUBDOMAIN_RE.fullmatch(value):
-        errs.append(_regex_error(
-            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
-            "or '.', and must start and end with an alphanumeric character",
-            _DNS1123_SUBDOMAIN_FMT, "example.com"))
-    return errs
+    return _syntax_errors(
+        value, 253, _DNS1123_SUBDOMAIN_RE,
+        "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
+        "or '.', and must start and end with an alphanumeric character",
+        "example.com")
 
 
 def dns1035_label_errors(value: str) -> list[str]:
-    errs = [_max_len(63)] if len(value) > 63 else []
-    if not _DNS1035_LABEL_RE.fullmatch(value):
-        errs.append(_regex_error(
-            "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with "
-            "an alphabetic character, and end with an alphanumeric character",
-            _DNS1035_LABEL_FMT, "my-name", "abc-123"))
-    return errs
+    return _syntax_errors(
+        value, 63, _DNS1035_LABEL_RE,
+        "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with "
+        "an alphabetic character, and end with an alphanumeric character",
+        "my-name", "abc-123")
 
 
 def qualified_name_errors(value: str) -> list[str]:
@@ -92,10 +94,8 @@ def qualified_name_errors(value: str) -> list[str]:
 
 
 def label_value_errors(value: str) -> list[str]:
-    errs = [_max_len(63)] if len(value) > 63 else []
-    if not _LABEL_VALUE_RE.fullmatch(value):
-        errs.append(_regex_error(
-            "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' "
-            "or '.', and must start and end with an alphanumeric character",
-            _LABEL_VALUE_FMT, "MyValue", "my_value", "12345"))
-    return errs
+    return _syntax_errors(
+        value, 63, _LABEL_VALUE_RE,
+        "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' "
+        "or '.', and must start and end with an alphanumeric character",
+        "MyValue", "my_value", "12345")

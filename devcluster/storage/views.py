@@ -46,12 +46,19 @@ def _cpu_target(metrics: Any) -> int | None:
     return None
 
 
-def hpa_v2_to_v1(obj: dict[str, Any]) -> dict[str, Any]:
-    """The autoscaling/v1 shape of a stored autoscaling/v2 HPA."""
+def _hpa_shell(obj: dict[str, Any], api_version: str) -> dict[str, Any]:
+    """`obj` as `api_version`, without its status and with only the spec fields both versions share."""
     out = {k: copy.deepcopy(v) for k, v in obj.items() if k not in ("spec", "status")}
-    out["apiVersion"] = "autoscaling/v1"
+    out["apiVersion"] = api_version
     spec = _d(obj.get("spec"))
     out["spec"] = {k: copy.deepcopy(spec[k]) for k in ("scaleTargetRef", "minReplicas", "maxReplicas") if k in spec}
+    return out
+
+
+def hpa_v2_to_v1(obj: dict[str, Any]) -> dict[str, Any]:
+    """The autoscaling/v1 shape of a stored autoscaling/v2 HPA."""
+    out = _hpa_shell(obj, "autoscaling/v1")
+    spec = _d(obj.get("spec"))
     cpu = _cpu_target(spec.get("metrics"))
     if cpu is not None:
         out["spec"]["targetCPUUtilizationPercentage"] = cpu
@@ -71,10 +78,8 @@ def hpa_v2_to_v1(obj: dict[str, Any]) -> dict[str, Any]:
 
 def hpa_v1_to_v2(obj: dict[str, Any]) -> dict[str, Any]:
     """The autoscaling/v2 shape of an autoscaling/v1 HPA body."""
-    out = {k: copy.deepcopy(v) for k, v in obj.items() if k not in ("spec", "status")}
-    out["apiVersion"] = "autoscaling/v2"
+    out = _hpa_shell(obj, "autoscaling/v2")
     spec = _d(obj.get("spec"))
-    out["spec"] = {k: copy.deepcopy(spec[k]) for k in ("scaleTargetRef", "minReplicas", "maxReplicas") if k in spec}
     cpu = spec.get("targetCPUUtilizationPercentage")
     if cpu is not None:
         out["spec"]["metrics"] = [{"type": "Resource", "resource": {

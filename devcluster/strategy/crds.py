@@ -73,25 +73,18 @@ def _validate_crd_group(group: Any) -> list[FieldError]:
 
 def _validate_crd_names(names: dict) -> list[FieldError]:
     errors: list[FieldError] = []
-    for field, required in (("plural", True), ("singular", False)):
+    # the kinds may have mixed case: their lower case is held to the same syntax
+    for field, required, mixed in (("plural", True, False), ("singular", False, False),
+                                   ("kind", True, True), ("listKind", False, True)):
         value = names.get(field)
         if not value:
             if required:
                 errors.append(required_value(f"spec.names.{field}"))
             continue
-        errs = dns1035_label_errors(str(value))
+        errs = dns1035_label_errors(str(value).lower() if mixed else str(value))
         if errs:
-            errors.append(invalid_value(f"spec.names.{field}", value, ",".join(errs)))
-    for field, required in (("kind", True), ("listKind", False)):
-        value = names.get(field)
-        if not value:
-            if required:
-                errors.append(required_value(f"spec.names.{field}"))
-            continue
-        errs = dns1035_label_errors(str(value).lower())
-        if errs:
-            errors.append(invalid_value(f"spec.names.{field}", value,
-                                   "may have mixed case, but should otherwise match: " + ",".join(errs)))
+            prefix = "may have mixed case, but should otherwise match: " if mixed else ""
+            errors.append(invalid_value(f"spec.names.{field}", value, prefix + ",".join(errs)))
     return errors
 
 

@@ -59,15 +59,19 @@ _REPLICASET_COLUMNS = [
 ]
 
 
+def _containers_and_images(spec: dict) -> Cells:
+    """The names and the images of the containers in `spec`'s pod template: two cells."""
+    containers = [as_dict(c) for c in as_list(as_dict(as_dict(spec.get("template")).get("spec")).get("containers"))]
+    return [",".join(c.get("name", "") for c in containers), ",".join(c.get("image", "") for c in containers)]
+
+
 def _workload_wide(obj: dict) -> Cells:
     spec = as_dict(obj.get("spec"))
-    containers = [as_dict(c) for c in as_list(as_dict(as_dict(spec.get("template")).get("spec")).get("containers"))]
     try:
         selector = selector_to_string(spec.get("selector"))
     except ApiError:  # a stored object with a broken selector still prints
         selector = "<invalid>"
-    return [",".join(c.get("name", "") for c in containers),
-            ",".join(c.get("image", "") for c in containers), selector]
+    return [*_containers_and_images(spec), selector]
 
 
 def _int(value: Any, default: int = 0) -> int:
@@ -153,12 +157,10 @@ _CRONJOB_COLUMNS = [
 def _cronjob_row(obj: dict, now: float) -> Cells:
     spec, status = as_dict(obj.get("spec")), as_dict(obj.get("status"))
     job_spec = as_dict(as_dict(spec.get("jobTemplate")).get("spec"))
-    containers = [as_dict(c) for c in as_list(as_dict(as_dict(job_spec.get("template")).get("spec")).get("containers"))]
     last = status.get("lastScheduleTime")
     return [name_of(obj), spec.get("schedule", ""), spec.get("timeZone") or "<none>", bool(spec.get("suspend")),
             len(as_list(status.get("active"))), since(last, now) if last else "<none>", age_of(obj, now),
-            ",".join(c.get("name", "") for c in containers), ",".join(c.get("image", "") for c in containers),
-            "<none>"]
+            *_containers_and_images(job_spec), "<none>"]
 
 
 # --------------------------------------------------------------------------- services, nodes, namespaces
