@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from functools import partial
 from typing import Any, NoReturn
 
@@ -146,17 +147,11 @@ async def report_problem(ctx: Context, owner: Mapping[str, Any], exc: Exception,
 
 async def _create(ctx: Context, gvr: GVR, obj: dict, *, owner: Mapping[str, Any], namespace: str) -> int:
     name = obj["metadata"]["name"]
-    try:
-        await ctx.client.create(gvr, obj, namespace=namespace)
-    except AlreadyExists:
-        return await _adopt_unlabelled(ctx, gvr, name, owner=owner, namespace=namespace)
-    except REJECTED as exc:
-        raise ChildRejected(kind=_singular(gvr), namespace=namespace, name=name, verb="create", error=exc) from None
-    except Forbidden as exc:
-        _refused_by_admission(exc, gvr, namespace, name, "create")
-        raise TemporaryError(f"creating {gvr.plural} {namespace}/{name}: {exc}") from exc
-    except ApiError as exc:
-        raise TemporaryError(f"creating {gvr.plural} {namespace}/{name}: {exc}") from exc
+    with _writing(gvr, namespace, name, "create"):
+        try:
+            await ctx.client.create(gvr, obj, namespace=namespace)
+        except AlreadyExists:
+            return await _adopt_unlabelled(ctx, gvr, name, owner=owner, namespace=namespace)
     event(log, "created", key=own_key(owner), child=f"{namespace}/{name}", resource=gvr.plural,
           **_node_field(obj))
     ctx.events.normal(dict(owner), "SuccessfulCreate", f"Created {_singular(gvr)} {name}")
@@ -196,19 +191,31 @@ async def _adopt_unlabelled(ctx: Context, gvr: GVR, name: str, *, owner: Mapping
 async def _update(ctx: Context, gvr: GVR, observed: dict, desired: dict, *, owner: Mapping[str, Any],
                   namespace: str) -> int:
     name = observed["metadata"]["name"]
-    try:
-        await ctx.client.replace(gvr, name, merge_for_update(observed, desired), namespace=namespace)
-    except (Conflict, NotFound) as exc:
-        raise TemporaryError(f"updating {gvr.plural} {namespace}/{name}: {exc.reason}", delay=0.05) from exc
-    except REJECTED as exc:
-        raise ChildRejected(kind=_singular(gvr), namespace=namespace, name=name, verb="update", error=exc) from None
-    except Forbidden as exc:
-        _refused_by_admission(exc, gvr, namespace, name, "update")
-        raise TemporaryError(f"updating {gvr.plural} {namespace}/{name}: {exc}") from exc
-    except ApiError as exc:
-        raise TemporaryError(f"updating {gvr.plural} {namespace}/{name}: {exc}") from exc
+    with _writing(gvr, namespace, name, "update"):
+        try:
+            await ctx.client.replace(gvr, name, merge_for_update(observed, desired), namespace=namespace)
+        except (Conflict, NotFound) as exc:
+            raise TemporaryError(f"updating {gvr.plural} {namespace}/{name}: {exc.reason}", delay=0.05) from exc
     event(log, "updated", key=own_key(owner), child=f"{namespace}/{name}", resource=gvr.plural)
     return 1
+
+
+_DOING = {"create": "creating", "update": "updating"}
+
+
+@contextmanager
+def _writing(gvr: GVR, namespace: str, name: str, verb: str) -> Iterator[None]:
+    """A write of a child that the API server refuses for its content (validation, or an
+    admission plugin's 403) raises `ChildRejected`, never retried; any other API error a retry."""
+    try:
+        yield
+    except REJECTED as exc:
+        raise ChildRejected(kind=_singular(gvr), namespace=namespace, name=name, verb=verb, error=exc) from None
+    except Forbidden as exc:
+        _refused_by_admission(exc, gvr, namespace, name, verb)
+        raise TemporaryError(f"{_DOING[verb]} {gvr.plural} {namespace}/{name}: {exc}") from exc
+    except ApiError as exc:
+        raise TemporaryError(f"{_DOING[verb]} {gvr.plural} {namespace}/{name}: {exc}") from exc
 
 
 def _refused_by_admission(exc: Forbidden, gvr: GVR, namespace: str, name: str, verb: str) -> None:
