@@ -39,6 +39,7 @@ from devcluster.auth import podsecurity
 from devcluster.machinery.errors import ApiError, forbidden_object, invalid
 from devcluster.machinery.objmeta import generated_name
 from devcluster.machinery.resource import ResourceType
+from devcluster.storage.objects import get_or_none
 
 POD_KEY = ("", "pods")
 NS_KEY = ("", "namespaces")
@@ -194,12 +195,7 @@ class Admission:
     def _get(self, rt: ResourceType | None, ns: str | None, name: str) -> dict[str, Any] | None:
         if rt is None:
             return None
-        try:
-            return self.store.get(rt, ns, name)
-        except ApiError as err:
-            if err.code == 404:
-                return None
-            raise
+        return get_or_none(self.store, rt, ns, name)
 
 
 # -- pure parts ----------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from devcluster.controllers.podhash import pod_template_hash
 from devcluster.controllers.podops import create_pod, delete_pod
 from devcluster.controllers.replicaset import available_after, is_ready
 from devcluster.controllers.rollout import IntOrPercentError, resolve_int_or_percent
-from devcluster.machinery.errors import ApiError
+from devcluster.storage.objects import get_or_none
 from devcluster.strategy.workloads import TEMPLATE_GENERATION
 
 log = logging.getLogger("devcluster.daemonset")
@@ -182,12 +182,9 @@ class DaemonSetController(Controller):
 
     async def sync(self, key: Hashable) -> float | None:
         ns, name = key  # type: ignore[misc]
-        try:
-            ds = self.store.get(self.ds_rt, ns, name)
-        except ApiError as err:
-            if err.code == 404:
-                return None
-            raise
+        ds = get_or_none(self.store, self.ds_rt, ns, name)
+        if ds is None:
+            return None
         if is_deleting(ds):
             return None
         nodes, _ = self.store.list(self.node_rt, None)

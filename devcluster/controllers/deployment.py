@@ -34,6 +34,7 @@ from devcluster.controllers.rollout import (
 )
 from devcluster.machinery.errors import ApiError
 from devcluster.machinery.selectors import label_selector_from_object
+from devcluster.storage.objects import get_or_none
 
 log = logging.getLogger("devcluster.deployment")
 
@@ -245,12 +246,9 @@ class DeploymentController(Controller):
 
     async def sync(self, key: Hashable) -> float | None:
         ns, name = key  # type: ignore[misc]
-        try:
-            d = self.store.get(self.d_rt, ns, name)
-        except ApiError as err:
-            if err.code == 404:
-                return None
-            raise
+        d = get_or_none(self.store, self.d_rt, ns, name)
+        if d is None:
+            return None
         if is_deleting(d):
             return None
         rss = [rs for rs in claim(self.store, self.rs_rt, d) if not is_deleting(rs)]
@@ -292,12 +290,7 @@ class DeploymentController(Controller):
             raise
 
     def _reload(self, rs: dict[str, Any]) -> dict[str, Any] | None:
-        try:
-            return self.store.get(self.rs_rt, rs["metadata"]["namespace"], rs["metadata"]["name"])
-        except ApiError as err:
-            if err.code == 404:
-                return None
-            raise
+        return get_or_none(self.store, self.rs_rt, rs["metadata"]["namespace"], rs["metadata"]["name"])
 
     # -- strategies -----------------------------------------------------------------
 

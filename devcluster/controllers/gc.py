@@ -18,6 +18,7 @@ from typing import Any
 from devcluster.controllers.base import Controller
 from devcluster.controllers.meta import finalizers, is_deleting, owner_refs
 from devcluster.machinery.errors import ApiError
+from devcluster.storage.objects import get_or_none
 
 log = logging.getLogger("devcluster.gc")
 
@@ -183,12 +184,7 @@ class GarbageCollector(Controller):
         return rt
 
     def _get(self, key: ObjKey) -> dict[str, Any] | None:
-        try:
-            return self.store.get(self._rt(key), key.namespace, key.name)
-        except ApiError as err:
-            if err.code == 404:
-                return None
-            raise
+        return get_or_none(self.store, self._rt(key), key.namespace, key.name)
 
     def _verdict(self, key: ObjKey, ref: dict[str, Any]) -> Verdict:
         rt = self.store.registry.for_kind(ref.get("apiVersion", ""), ref.get("kind", ""))

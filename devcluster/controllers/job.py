@@ -38,6 +38,7 @@ from devcluster.controllers.meta import (
 from devcluster.controllers.podops import create_pod, delete_pod
 from devcluster.controllers.replicaset import is_ready
 from devcluster.machinery.errors import ApiError
+from devcluster.storage.objects import get_or_none
 
 log = logging.getLogger("devcluster.job")
 
@@ -146,13 +147,10 @@ class JobController(Controller):
 
     async def sync(self, key: Hashable) -> float | None:
         ns, name = key  # type: ignore[misc]
-        try:
-            job = self.store.get(self.job_rt, ns, name)
-        except ApiError as err:
-            if err.code == 404:
-                self._release_orphans(ns, name)
-                return None
-            raise
+        job = get_or_none(self.store, self.job_rt, ns, name)
+        if job is None:
+            self._release_orphans(ns, name)
+            return None
         pods = self._pods(job)
         job = self._count(job, pods)
         if is_deleting(job):

@@ -21,6 +21,7 @@ from devcluster.controllers.nodes import node_is_ready
 from devcluster.controllers.podenv import EnvError, container_env
 from devcluster.controllers.podstatus import ContainerRun, build_status, requested_phase
 from devcluster.machinery.errors import ApiError
+from devcluster.storage.objects import get_or_none
 
 log = logging.getLogger("devcluster.kubelet")
 
@@ -125,12 +126,7 @@ class Kubelet(Controller):
         return self._sync_simulated(pod, node)
 
     def _get(self, rt: Any, ns: str | None, name: str) -> dict[str, Any] | None:
-        try:
-            return self.store.get(rt, ns, name)
-        except ApiError as err:
-            if err.code == 404:
-                return None
-            raise
+        return get_or_none(self.store, rt, ns, name)
 
     def _reap_replaced(self, key: Hashable, pod: dict[str, Any] | None) -> None:
         """Forget (and kill) what ran for an earlier pod of the same name."""

@@ -20,6 +20,7 @@ from typing import Any
 from devcluster.controllers.base import Controller
 from devcluster.controllers.meta import is_deleting
 from devcluster.machinery.errors import ApiError
+from devcluster.storage.objects import get_or_none
 
 COMPONENT = "namespace-defaults"
 SERVICE_ACCOUNT = "default"
@@ -75,12 +76,9 @@ class NamespaceDefaults(Controller):
         return [o["metadata"]["name"] for o in items]
 
     async def sync(self, key: Hashable) -> float | None:
-        try:
-            ns = self.store.get(self.ns_rt, None, key)
-        except ApiError as err:
-            if err.code == 404:
-                return None
-            raise
+        ns = get_or_none(self.store, self.ns_rt, None, key)
+        if ns is None:
+            return None
         if is_deleting(ns) or (ns.get("status") or {}).get("phase") == "Terminating":
             return None
         name = ns["metadata"]["name"]
@@ -92,12 +90,9 @@ class NamespaceDefaults(Controller):
         """The `default` ServiceAccount of an active namespace, made now when missing; None for a
         namespace that is absent or terminating. The ServiceAccount admission calls this where the
         real one waits for the controller to make it."""
-        try:
-            ns = self.store.get(self.ns_rt, None, namespace)
-        except ApiError as err:
-            if err.code == 404:
-                return None
-            raise
+        ns = get_or_none(self.store, self.ns_rt, None, namespace)
+        if ns is None:
+            return None
         if is_deleting(ns) or (ns.get("status") or {}).get("phase") == "Terminating":
             return None
         return self._ensure(self.sa_rt, namespace, SERVICE_ACCOUNT, default_service_account(namespace))

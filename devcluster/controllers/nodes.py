@@ -15,6 +15,7 @@ from typing import Any
 from devcluster.controllers.base import Controller
 from devcluster.controllers.meta import now_micro, now_time
 from devcluster.machinery.errors import ApiError
+from devcluster.storage.objects import get_or_none
 
 LEASE_NAMESPACE = "kube-node-lease"
 DEFAULT_NODES = ("edge-node-1", "edge-node-2", "cloud-node")
@@ -152,12 +153,9 @@ class NodeController(Controller):
         return list(self.nodes)
 
     async def sync(self, key: Hashable) -> float | None:
-        try:
-            node = self.store.get(self.node_rt, None, key)
-        except ApiError as err:
-            if err.code == 404:
-                return None
-            raise
+        node = get_or_none(self.store, self.node_rt, None, key)
+        if node is None:
+            return None
         self._renew(node)
         return self.lease_interval
 

@@ -26,6 +26,7 @@ from devcluster.controllers.podops import create_pod, delete_pod
 from devcluster.controllers.ranking import pods_to_delete
 from devcluster.machinery.errors import ApiError
 from devcluster.machinery.selectors import label_selector_from_object
+from devcluster.storage.objects import get_or_none
 
 log = logging.getLogger("devcluster.replicaset")
 
@@ -160,12 +161,9 @@ class ReplicaSetController(Controller):
 
     async def sync(self, key: Hashable) -> float | None:
         ns, name = key  # type: ignore[misc]
-        try:
-            rs = self.store.get(self.rs_rt, ns, name)
-        except ApiError as err:
-            if err.code == 404:
-                return None
-            raise
+        rs = get_or_none(self.store, self.rs_rt, ns, name)
+        if rs is None:
+            return None
         if is_deleting(rs):
             return None
         owned = claim(self.store, self.pod_rt, rs)

@@ -15,7 +15,7 @@ from typing import Any
 from devcluster.controllers.base import Controller
 from devcluster.controllers.meta import find_condition, is_deleting, set_condition
 from devcluster.controllers.placement import misfit, unschedulable_message
-from devcluster.machinery.errors import ApiError
+from devcluster.storage.objects import get_or_none
 
 COMPONENT = "default-scheduler"
 
@@ -71,12 +71,9 @@ class Scheduler(Controller):
 
     async def sync(self, key: Hashable) -> float | None:
         ns, name = key  # type: ignore[misc]
-        try:
-            pod = self.store.get(self.pod_rt, ns, name)
-        except ApiError as err:
-            if err.code == 404:
-                return None
-            raise
+        pod = get_or_none(self.store, self.pod_rt, ns, name)
+        if pod is None:
+            return None
         if not needs_scheduling(pod):
             return None
         nodes, _ = self.store.list(self.node_rt, None)

@@ -26,6 +26,16 @@ def required_value(path: str, detail: str = "") -> FieldError:
     return FieldError(path, "Required value", detail)
 
 
+def unique_name(name: Any, path: str, seen: set[str]) -> list[FieldError]:
+    """A list item's `name` at `path`: required, and not one of `seen` (which a new name joins)."""
+    if not name:
+        return [required_value(path)]
+    if name in seen:
+        return [FieldError(path, "Duplicate value", "", name, True)]
+    seen.add(name)
+    return []
+
+
 def unsupported_value(path: str, value: Any, supported: tuple[str, ...]) -> FieldError:
     listed = ", ".join(f'"{s}"' for s in supported)
     return FieldError(path, "Unsupported value", f"supported values: {listed}", value, True)

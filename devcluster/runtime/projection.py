@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from devcluster.controllers.podenv import EnvError
-from devcluster.machinery.errors import ApiError
+from devcluster.storage.objects import get_or_none
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 API_AUDIENCE = "https://kubernetes.default.svc.cluster.local"
@@ -324,12 +324,7 @@ class StoreSources:
 
     def lookup(self, resource: str, namespace: str, name: str) -> dict[str, Any] | None:
         rt = self._store.registry.lookup(group="", version="v1", resource=resource)
-        try:
-            return self._store.get(rt, namespace, name)
-        except ApiError as err:
-            if err.code == 404:
-                return None
-            raise
+        return get_or_none(self._store, rt, namespace, name)
 
     def token(self, namespace: str, pod: str, *, audiences: list[str], expiration_seconds: int) -> str:
         return self._tokens.issue(namespace, pod, audiences=audiences, expiration_seconds=expiration_seconds)

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from devcluster.machinery.errors import bad_request, expired, not_found, timeout, too_old
+from devcluster.machinery.errors import ApiError, bad_request, expired, not_found, timeout, too_old
 from devcluster.machinery.resource import ResourceType
 from devcluster.machinery.selectors import LabelSelector, parse_field_selector, parse_label_selector
 from devcluster.storage.allocator import ServiceAllocator
@@ -37,6 +37,16 @@ CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
 SERVICE_KEY = ("", "services")
 POD_KEY = ("", "pods")
 EVENT_KEY = ("", "events")
+
+
+def get_or_none(store: Any, rt: ResourceType, namespace: str | None, name: str) -> dict[str, Any] | None:
+    """`store.get` (any store or view of one), with None for an absent object instead of a 404."""
+    try:
+        return store.get(rt, namespace, name)
+    except ApiError as err:
+        if err.code == 404:
+            return None
+        raise
 
 
 class ObjectStore:

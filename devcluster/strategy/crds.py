@@ -18,6 +18,7 @@ from devcluster.machinery.fielderrors import (
     go_type,
     invalid_value,
     required_value,
+    unique_name,
     unsupported_value,
 )
 from devcluster.machinery.names import dns1035_label_errors, dns1123_subdomain_errors
@@ -103,14 +104,9 @@ def _validate_crd_versions(versions: Any) -> list[FieldError]:
 
 
 def _validate_crd_version(version: dict, path: str, seen: set[str]) -> list[FieldError]:
-    errors: list[FieldError] = []
     name = version.get("name")
-    if not name:
-        errors.append(required_value(f"{path}.name"))
-    elif name in seen:
-        errors.append(FieldError(f"{path}.name", "Duplicate value", "", name, True))
-    else:
-        seen.add(name)
+    errors = unique_name(name, f"{path}.name", seen)
+    if not errors:  # present and new: held to the syntax
         errors += [invalid_value(f"{path}.name", name, m) for m in dns1035_label_errors(str(name))]
     for flag in ("served", "storage"):
         if not isinstance(version.get(flag), bool):

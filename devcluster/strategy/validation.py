@@ -25,6 +25,7 @@ from devcluster.machinery.fielderrors import (
     non_negative,
     port_number,
     required_value,
+    unique_name,
     unsupported_value,
 )
 from devcluster.machinery.names import (
@@ -175,16 +176,8 @@ def _validate_container_port(port: Any, path: str) -> list[FieldError]:
 
 
 def _unique_names(items: list, path: str) -> list[FieldError]:
-    errors, seen = [], set()
-    for i, item in enumerate(items):
-        name = as_map(item).get("name")
-        if not name:
-            errors.append(required_value(f"{path}[{i}].name"))
-        elif name in seen:
-            errors.append(FieldError(f"{path}[{i}].name", "Duplicate value", "", name, True))
-        else:
-            seen.add(name)
-    return errors
+    seen: set[str] = set()
+    return [e for i, item in enumerate(items) for e in unique_name(as_map(item).get("name"), f"{path}[{i}].name", seen)]
 
 
 def _validate_pod(obj: dict) -> list[FieldError]:
