@@ -11,7 +11,7 @@ letters by kind) are read by `refresh` before each page.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -92,6 +92,13 @@ class LCMetrics:
         self.commit_seconds.observe(seconds)
 
 
+def _by_label(family: GaugeMetricFamily | CounterMetricFamily, known: Iterable[str],
+              counts: Mapping[str, int]) -> None:
+    """A sample per label: each known one (0 until counted) first, then any other counted."""
+    for label in dict.fromkeys((*known, *counts)):
+        family.add_metric([label], counts.get(label, 0))
+
+
 class StateCollector(Collector):
     """The store's and the body budget's own counts, as they are at scrape time (zeros
     before the LC serves)."""
@@ -112,17 +119,13 @@ class StateCollector(Collector):
         dead = GaugeMetricFamily(
             "sedna_lc_dead_letters", "Reports the GM can never apply, held in the dead-letter "
             "table, by reason (refused, unsendable, protocol).", labels=["reason"])
-        counts = store.dead_letter_counts if store is not None else {}
-        for reason in dict.fromkeys((*DEAD_LETTER_REASONS, *counts)):
-            dead.add_metric([reason], counts.get(reason, 0))
+        _by_label(dead, DEAD_LETTER_REASONS, store.dead_letter_counts if store is not None else {})
         dropped = CounterMetricFamily(
             "sedna_lc_store_dropped", "Stored records dropped, oldest first, to keep a table "
             "within its cap: unknown_owner (reports of owners this node does not hold), worker "
             "(all worker records), dead_letter (bytes or count), outbox_covered (reports for "
             "the GM superseded by a newer one of the same object and worker).", labels=["record"])
-        done = store.dropped if store is not None else {}
-        for record in dict.fromkeys((*DROPPED, *done)):
-            dropped.add_metric([record], done.get(record, 0))
+        _by_label(dropped, DROPPED, store.dropped if store is not None else {})
         held = GaugeMetricFamily(
             "sedna_lc_body_budget_bytes", "Bytes of request bodies held by requests being read "
             "or processed (held), and asked for by requests waiting for room (waiting); "
