@@ -183,7 +183,7 @@ async def test_case(case: dict, server: Cluster | None, tmp_path: Path) -> None:
         await _namespace(http, base, ns)
         created: list[str] = []
         try:
-            await _run(http, base, _in_namespace(case, ns, admin), created)
+            await _run(http, base, _in_namespace(case, ns, admin), created, settle=_settle(case))
         finally:
             await _clean_up(http, base, ns, created)
 
@@ -281,7 +281,20 @@ async def _served(http: aiohttp.ClientSession, base: str, crd: dict) -> None:
         await asyncio.sleep(0.05)
 
 
-async def _run(http: aiohttp.ClientSession, base: str, case: dict, created: list[str] | None = None) -> None:
+ADMISSION_CACHE_LAG = 0.2
+
+
+def _settle(case: dict) -> float:
+    """Seconds the real server is given after a case's setup before its request: its PodSecurity
+    admission reads namespace labels and existing pods from informer caches that trail the
+    writes, so a request right after a label PATCH may be admitted under the old level (seen in
+    CI: a pod let through to 409 AlreadyExists instead of 403, one of two pods listed)."""
+    setup = str(case.get("setup") or "")
+    return ADMISSION_CACHE_LAG if "pod-security.kubernetes.io" in setup + str(case["request"]) and setup != "" else 0.0
+
+
+async def _run(http: aiohttp.ClientSession, base: str, case: dict, created: list[str] | None = None, *,
+               settle: float = 0.0) -> None:
     async def send(req: dict) -> tuple[int, Any, bytes]:
         status, headers, raw = await _send(http, base, req)
         path = req["path"].split("?")[0]
@@ -299,6 +312,8 @@ async def _run(http: aiohttp.ClientSession, base: str, case: dict, created: list
     for i, step in enumerate(case.get("setup") or ()):
         status, _, raw = await send(step)
         assert 200 <= status < 300, f"setup[{i}] {step['method']} {step['path']}: {status} {raw[:300]!r}"
+    if settle:
+        await asyncio.sleep(settle)
     status, headers, raw = await send(case["request"])
     expect = case["expect"]
     problems = [] if status == expect["status"] else [f"status: want {expect['status']}, got {status}"]
