@@ -52,6 +52,7 @@ from gm.edge.intake import PLACEMENT_GRACE
 from gm.edge.metrics import EdgeCollector
 from gm.edge.objects import EdgeObjects
 from gm.edge.pipeline import StatusPipeline
+from gm.edge.ports import EdgeSocket, UpgradeRequest
 from gm.edge.status import UpstreamStatus
 from gm.errors import ConfigError, GMError
 from gm.http_errors import error_response, json_errors, refusal
@@ -73,6 +74,7 @@ from gm.reconcile.reconciler import KindController
 from gm.reconcile.runner import ControllerRunner, ReconcileMetrics
 from gm.ui import StatusPage
 from shared import apis
+from shared.lanes import LaneSite, WebSocketLane
 from shared.logs import event
 from shared.metrics import CONTENT_TYPE, render, service_registry
 from shared.server_limits import guarded_runner
@@ -122,6 +124,7 @@ class GlobalManager:
         self.status_page = StatusPage()  # GET /ui, beside /metrics (gm/ui)
         self.app = web.Application(middlewares=[json_errors])
         self._runner: web.AppRunner | None = None
+        self._lane: WebSocketLane | None = None
         self._tasks: list[Supervised] = []  # every long-lived task, fail-fast
         self._reconcilers: Supervised | None = None  # the controllers while leading
         self._stopped = asyncio.Event()
@@ -236,7 +239,7 @@ class GlobalManager:
         except TLSConfigError as exc:
             raise ConfigError(str(exc)) from exc
 
-    async def _hub_entry(self, request: web.Request) -> web.StreamResponse:
+    async def _hub_entry(self, request: UpgradeRequest) -> EdgeSocket:
         """Upstream LCs dial `/`; the upgrade waits until the node's snapshot can be complete."""
         assert self.hub is not None and self.edge is not None and self.informers is not None
         if not self.informers.has_synced():  # the wait is set up only while it can wait
@@ -258,8 +261,10 @@ class GlobalManager:
                                       error_response=error_response)
         await self._runner.setup()
         # a deep accept queue: after a GM restart every LC of the fleet dials at once
-        site = web.TCPSite(self._runner, self.config.websocket.address, self.config.websocket.port,
-                           ssl_context=ssl_context, backlog=LISTEN_BACKLOG)
+        # LC sessions skip aiohttp (shared/lanes.py): a hub holds tens of thousands of them
+        self._lane = WebSocketLane("/", self._hub_entry, when=lambda: self.hub is not None and self.hub.lean)
+        site = LaneSite(self._runner, self.config.websocket.address, self.config.websocket.port,
+                        lanes=[self._lane], ssl_context=ssl_context, backlog=LISTEN_BACKLOG)
         await site.start()
         sockets = getattr(site._server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else self.config.websocket.port
@@ -355,6 +360,8 @@ class GlobalManager:
             sup.expect_end()  # what stop ends (edge sync, drained controllers) is no failure
         if self.hub is not None:
             await self.hub.close()
+        if self._lane is not None:
+            await self._lane.close()  # upgrades still being decided (their sessions ended above)
         if self.pipeline is not None:
             await self.pipeline.close()
         for runner in self.runners.values():

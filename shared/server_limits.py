@@ -90,11 +90,12 @@ class _GuardedHandler(RequestHandler):
         super().__init__(*args, **kwargs)
         self._filling: StreamReader | None = None  # the body the parser fills now, if any
         self.half_closed = False  # the client shut its sending side; no request follows
+        self.admitted = False  # counted already by the front that accepted it (shared/lanes.py)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # No isinstance check on the transport: uvloop's are not asyncio.Transport subclasses.
         manager = self._manager
-        if isinstance(manager, _LimitedServer) and not manager.admit(self, transport):
+        if isinstance(manager, _LimitedServer) and not self.admitted and not manager.admit(self, transport):
             transport.close()  # refused before aiohttp starts serving it: nothing to clean up
             return
         super().connection_made(transport)
@@ -193,7 +194,7 @@ class _LimitedServer(web.Server):
         self.request_factory = self._make_screened_request
         self._max_per_client = max_per_client
         self._peers: Counter[str] = Counter()
-        self._peer_of: dict[RequestHandler, str] = {}
+        self._peer_of: dict[object, str] = {}  # whatever serves a counted connection -> its peer
         self.refused = 0
 
     def __call__(self) -> RequestHandler:
@@ -254,8 +255,9 @@ class _LimitedServer(web.Server):
         response.force_close()
         return response
 
-    def admit(self, handler: RequestHandler, transport: asyncio.BaseTransport) -> bool:
-        """Count a new connection; False (not counted) when its peer is at the cap."""
+    def admit(self, handler: object, transport: asyncio.BaseTransport) -> bool:
+        """Count a new connection (`handler` is whatever serves it now); False (not counted)
+        when its peer is at the cap."""
         peer = _peer(transport)
         if self._peers[peer] >= self._max_per_client:
             self.refused += 1
@@ -267,8 +269,18 @@ class _LimitedServer(web.Server):
         self._peers[peer] += 1
         return True
 
+    def transfer(self, before: object, after: object) -> None:
+        """The counted connection of `before` is served by `after` from now on."""
+        peer = self._peer_of.pop(before, None)
+        if peer is not None:
+            self._peer_of[after] = peer
+
     def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
         super().connection_lost(handler, exc)
+        self.release(handler)
+
+    def release(self, handler: object) -> None:
+        """A counted connection is gone."""
         peer = self._peer_of.pop(handler, None)
         if peer is not None:
             self._peers[peer] -= 1

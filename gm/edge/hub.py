@@ -59,7 +59,7 @@ from gm.edge.encoded import DEFAULT_MAX_BYTES as DEFAULT_ENCODED_BYTES
 from gm.edge.encoded import EncodedVersions
 from gm.edge.heartbeat import HeartbeatWheel
 from gm.edge.intake import MAX_REFUSALS, REFUSAL_WINDOW, Intake
-from gm.edge.ports import ObjectSource, StatusHandler
+from gm.edge.ports import EdgeSocket, ObjectSource, StatusHandler, UpgradeRequest
 from gm.edge.session import (
     CLOSE_INTERNAL_ERROR,
     HubStats,
@@ -87,6 +87,7 @@ from proto import (
     hello,
     negotiate,
 )
+from shared.lanes import Upgrade
 from shared.logs import Throttle, event
 from shared.text import clip
 
@@ -242,27 +243,22 @@ class Hub:
 
     # ---- connection -------------------------------------------------------------------
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        """aiohttp handler: check the upgrade request, then run the session to its end."""
+    async def handle(self, request: UpgradeRequest) -> EdgeSocket:
+        """Check the upgrade request, then run the session to its end: an aiohttp handler, and
+        the handler of the GM's websocket lane (shared/lanes.py), which takes the upgrades
+        before aiohttp would parse them."""
         self._check_busy()
         node = await self._admit(request)
-        ws = web.WebSocketResponse(
-            protocols=(SUBPROTOCOL,),
-            autoping=False,
-            # an LC sends only hellos and status reports: nothing over the report limits
-            max_msg_size=min(self._max_frame_bytes, MAX_REPORT_ENVELOPE_BYTES),
-            timeout=self._close_timeout,
-            compress=self._compress,
-        )
         try:
-            self._check_upgrade(request, ws)
+            self._check_upgrade(request)
             self._check_capacity(node)
         except web.HTTPException:
             self.stats.handshakes_rejected += 1
             raise
+        ws = self._socket(request)
         self._upgrading += 1
         try:
-            await ws.prepare(request)
+            await ws.prepare(request)  # type: ignore[arg-type]
         except (ConnectionError, asyncio.CancelledError) as exc:
             # the client went away while its upgrade was answered (a reconnect storm's
             # timed-out dials): counted, not a traceback
@@ -279,6 +275,20 @@ class Hub:
             if not self._serving and self._drained is not None and not self._drained.done():
                 self._drained.set_result(None)
         return ws
+
+    @property
+    def lean(self) -> bool:
+        """Whether the websocket lane may carry the sessions: it offers no compression."""
+        return not self._compress
+
+    def _socket(self, request: UpgradeRequest) -> EdgeSocket:
+        # an LC sends only hellos and status reports: nothing over the report limits
+        max_msg_size = min(self._max_frame_bytes, MAX_REPORT_ENVELOPE_BYTES)
+        if isinstance(request, Upgrade):
+            return request.websocket(protocols=(SUBPROTOCOL,), max_msg_size=max_msg_size,
+                                     timeout=self._close_timeout)
+        return web.WebSocketResponse(protocols=(SUBPROTOCOL,), autoping=False, max_msg_size=max_msg_size,
+                                     timeout=self._close_timeout, compress=self._compress)
 
     def _check_busy(self) -> None:
         """503 with Retry-After while `max_handshakes` upgrades are in progress, before any other
@@ -313,7 +323,7 @@ class Hub:
                       f"this GM holds its capacity of {self.max_sessions} LC sessions; retry later",
                       **{"Retry-After": "5"})
 
-    async def _admit(self, request: web.Request) -> str:
+    async def _admit(self, request: UpgradeRequest) -> str:
         """The proven node name of an acceptable upgrade request; an HTTP error response otherwise.
 
         Nothing here touches the sessions: a refused claim never disturbs the real node's.
@@ -329,7 +339,7 @@ class Hub:
             self.stats.handshakes_rejected += 1
             raise
 
-    async def _check_token(self, request: web.Request, node: str) -> None:
+    async def _check_token(self, request: UpgradeRequest, node: str) -> None:
         """Map the authenticators' verdict to HTTP: 401 unknown, 403 another node's, 503 unsure."""
         try:
             identity = await self._auth.admit(node, request.headers.get("Authorization", ""))
@@ -341,14 +351,14 @@ class Hub:
               method=identity.method)
 
     @staticmethod
-    def _check_origin(request: web.Request) -> None:
+    def _check_origin(request: UpgradeRequest) -> None:
         """Browsers send Origin; refuse cross-origin upgrades (LCs send none)."""
         origin = request.headers.get("Origin")
         if origin and urlsplit(origin).netloc.lower() != request.host.lower():
             raise refusal(web.HTTPForbidden, f"origin {clip(origin)!r} does not match host")
 
     @staticmethod
-    def _node_name(request: web.Request) -> str:
+    def _node_name(request: UpgradeRequest) -> str:
         node = request.headers.get("Node-Name", "").strip()
         if not node:
             raise refusal(web.HTTPBadRequest, "Node-Name header required")
@@ -357,7 +367,7 @@ class Hub:
         return node
 
     @staticmethod
-    def _check_upgrade(request: web.Request, ws: web.WebSocketResponse) -> None:
+    def _check_upgrade(request: UpgradeRequest) -> None:
         """A websocket upgrade in version 13; any other version is 426 naming ours (RFC 6455
         §4.4: aiohttp would also take the drafts' 7 and 8)."""
         upgrade = request.headers.get(hdrs.UPGRADE, "").strip().lower() == "websocket"
@@ -366,10 +376,14 @@ class Hub:
             raise refusal(web.HTTPUpgradeRequired, f"Sec-WebSocket-Version {clip(version)!r} is not supported; "
                                                    f"this server speaks version {WEBSOCKET_VERSION}",
                           **{hdrs.SEC_WEBSOCKET_VERSION: WEBSOCKET_VERSION, hdrs.UPGRADE: "websocket"})
-        if not ws.can_prepare(request).ok:
+        if isinstance(request, Upgrade):
+            ok = request.upgradable()
+        else:
+            ok = web.WebSocketResponse().can_prepare(request).ok
+        if not ok:
             raise refusal(web.HTTPBadRequest, "websocket upgrade required")
 
-    async def _serve(self, node: str, ws: web.WebSocketResponse, request: web.Request) -> None:
+    async def _serve(self, node: str, ws: EdgeSocket, request: UpgradeRequest) -> None:
         native = ws.ws_protocol == SUBPROTOCOL
         session: Session | None = None
         code, reason = CLOSE_NORMAL, ""
@@ -388,7 +402,7 @@ class Hub:
             self._record_end(node, native, code, reason)
             await self._close_ws(ws, request, code, reason)
 
-    async def _handshake(self, node: str, ws: web.WebSocketResponse) -> Mapping[str, Any]:
+    async def _handshake(self, node: str, ws: EdgeSocket) -> Mapping[str, Any]:
         """Native mode: read the LC's hello, pick a version, answer with ours; the LC's hello body."""
         data = await self.intake.receive(ws, silence=self._hello_timeout, silence_code=CLOSE_HELLO_TIMEOUT)
         msg = self.intake.decode(data, native=True)
@@ -403,7 +417,7 @@ class Hub:
         await self.writer.send(ws, encode_native(hello(node, versions=(version,))))
         return {**msg.body, "versions": [version]}
 
-    def _open(self, node: str, ws: web.WebSocketResponse, request: web.Request, *, native: bool,
+    def _open(self, node: str, ws: EdgeSocket, request: UpgradeRequest, *, native: bool,
               hello_body: Mapping[str, Any]) -> Session:
         """Build the session's snapshot and make it the node's session, in one step.
 
@@ -507,7 +521,7 @@ class Hub:
     def _expire(self, session: Session) -> None:
         session.stop(CLOSE_DEAD, f"no frame from the peer for {self._dead_after:g}s")
 
-    async def _close_ws(self, ws: web.WebSocketResponse, request: web.Request, code: int, reason: str) -> None:
+    async def _close_ws(self, ws: EdgeSocket, request: UpgradeRequest, code: int, reason: str) -> None:
         """Close with code and reason; abort the transport if the peer does not take it in time."""
         message = reason.encode()[:_MAX_REASON_BYTES]
         try:

@@ -19,9 +19,9 @@ from collections import deque
 from collections.abc import Awaitable, Mapping
 from typing import Any
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSMsgType
 
-from gm.edge.ports import ObjectSource, StatusHandler
+from gm.edge.ports import EdgeSocket, ObjectSource, StatusHandler
 from gm.edge.session import HubStats, Session, SessionEnd
 from gm.edge.writer import SessionWriter
 from gm.reports import ReportDeferred, ReportRefused
@@ -70,7 +70,7 @@ class Intake:
         self._awaiting: dict[str, int] = {}  # node -> its reports waiting for their object's placement
         self.finishing: set[asyncio.Task[None]] = set()  # reports waiting for their write
 
-    async def receive(self, ws: web.WebSocketResponse, *, session: Session | None = None,
+    async def receive(self, ws: EdgeSocket, *, session: Session | None = None,
                        silence: float | None = None, silence_code: int = CLOSE_DEAD) -> str | bytes:
         """The next data frame; answers pings, ends the session on close, error or `silence`
         seconds without a frame (the handshake's bound; a session's is the wheel's)."""

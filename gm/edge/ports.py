@@ -4,9 +4,15 @@ status reports (gm/edge/objects.py and gm/edge/status.py in the GM; fakes in tes
 from __future__ import annotations
 
 from collections.abc import Awaitable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from proto import Message
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from shared.lanes import Upgrade
+    from shared.websocket import ServerWebSocket
 
 
 class ObjectSource(Protocol):
@@ -39,3 +45,11 @@ class StatusHandler(Protocol):
 
     def submit(self, node: str, message: Message, *, epoch: str = "") -> Awaitable[None]: ...
 
+
+
+EdgeSocket: TypeAlias = "web.WebSocketResponse | ServerWebSocket"
+"""An LC session's websocket: the websocket lane's (shared/lanes.py), or aiohttp's when the hub
+is served by aiohttp alone (compression on, or a hub attached to an aiohttp app)."""
+
+UpgradeRequest: TypeAlias = "web.Request | Upgrade"
+"""An LC's upgrade request, as the lane or aiohttp hands it to the hub."""

@@ -14,8 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import web
-
+from gm.edge.ports import EdgeSocket
 from gm.errors import GMError
 from proto import ObjKey
 
@@ -98,7 +97,7 @@ class Session:
                  "snapshot_due", "seq", "end", "reader", "writer", "heard", "peer_pinged", "pinged", "beat_slot",
                  "since", "acked")
 
-    def __init__(self, node: str, ws: web.WebSocketResponse, transport: asyncio.BaseTransport | None, *,
+    def __init__(self, node: str, ws: EdgeSocket, transport: asyncio.BaseTransport | None, *,
                  native: bool, epoch: str = "") -> None:
         self.node = node
         self.ws = ws

@@ -15,9 +15,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from aiohttp import web
-
 from gm.edge.encoded import EncodedVersions
+from gm.edge.ports import EdgeSocket
 from gm.edge.session import CLOSE_INTERNAL_ERROR, HubStats, Session, SessionEnd
 from proto import (
     CLOSE_GOING_AWAY,
@@ -137,7 +136,7 @@ class SessionWriter:
             else:
                 held.add(key)
 
-    async def send(self, ws: web.WebSocketResponse, data: str | bytes) -> None:
+    async def send(self, ws: EdgeSocket, data: str | bytes) -> None:
         try:
             if isinstance(data, bytes):
                 await ws.send_bytes(data)

@@ -27,6 +27,7 @@ from proto import (
     hello,
 )
 from shared import apis
+from shared.websocket import ServerWebSocket
 from tests.conftest import eventually
 from tests.e2e.conftest import load_example
 from tests.scrape import value
@@ -127,6 +128,8 @@ async def test_snapshot_holds_exactly_what_each_node_needs(gm, api, connect):
     assert lc2.snapshot[("FederatedLearningJob", NS, JOB)]["spec"]["trainingWorkers"][1]["dataset"] == {"name": DS2}
     cloud = await connect.native("cloud-node")  # the aggregator's node gets nothing
     assert cloud.snapshot == {}
+    # the GM carries LC sessions on its websocket lane, not on aiohttp's websocket
+    assert {type(s.ws) for s in gm.hub._sessions.values()} == {ServerWebSocket}
     async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{gm.port}/metrics") as resp:
         metrics = await resp.text()
     assert value(metrics, "sedna_gm_hub_sessions_total", event="opened") == 3

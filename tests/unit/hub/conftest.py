@@ -10,6 +10,8 @@ import pytest
 from aiohttp import web
 
 from gm.edge.hub import Hub
+from shared.lanes import LaneSite, WebSocketLane
+from shared.server_limits import guarded_runner
 from tests.hubfakes import MemSource
 from tests.unit.hub.rig import (
     NODE,
@@ -36,16 +38,35 @@ def handler() -> MemHandler:
     return MemHandler()
 
 
-@pytest.fixture
-async def make_hub(aiohttp_server: Any, source: MemSource, handler: MemHandler) -> HubFactory:
+@pytest.fixture(params=["lane", "aiohttp"])
+async def make_hub(request: pytest.FixtureRequest, aiohttp_server: Any, source: MemSource,
+                   handler: MemHandler) -> AsyncIterator[HubFactory]:
+    """Hubs served as the GM serves it (its websocket lane in front of aiohttp), or by aiohttp
+    alone (what carries the sessions when compression is on)."""
+    runners: list[web.AppRunner] = []
+    lanes: list[WebSocketLane] = []
+
     async def make(**options: Any) -> tuple[Hub, str]:
         hub = Hub(source, handler, close_timeout=1.0, **options)
         app = web.Application()
         hub.attach(app)
-        server = await aiohttp_server(app)
-        return hub, str(server.make_url("/"))
+        if request.param == "aiohttp":
+            server = await aiohttp_server(app)
+            return hub, str(server.make_url("/"))
+        runner = guarded_runner(app, shutdown_timeout=1.0)
+        await runner.setup()
+        runners.append(runner)
+        lane = WebSocketLane("/", hub.handle, when=lambda: hub.lean)
+        lanes.append(lane)
+        site = LaneSite(runner, "127.0.0.1", 0, lanes=[lane])
+        await site.start()
+        return hub, f"http://127.0.0.1:{runner.addresses[0][1]}/"
 
-    return make
+    yield make
+    for runner in runners:
+        await runner.cleanup()
+    for lane in lanes:
+        await lane.close()
 
 
 @pytest.fixture
