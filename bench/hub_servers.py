@@ -72,6 +72,7 @@ async def hub_main(args: argparse.Namespace) -> None:
 
     from gm.edge.capacity import raise_fd_limit, session_capacity
     from gm.edge.hub import Hub
+    from gm.edge.site import serve_hub
     from gm.http_errors import error_response, json_errors
     from shared.server_limits import guarded_runner
 
@@ -83,8 +84,7 @@ async def hub_main(args: argparse.Namespace) -> None:
     hub.attach(app)
     runner = guarded_runner(app, handle_signals=False, access_log=None, error_response=error_response)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", args.port, backlog=4096)
-    await site.start()
+    _, lane = await serve_hub(runner, hub, "127.0.0.1", args.port)
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
@@ -104,6 +104,7 @@ async def hub_main(args: argparse.Namespace) -> None:
         elif line == "quit":
             break
     await hub.close()
+    await lane.close()
     await runner.cleanup()
 
 

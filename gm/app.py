@@ -53,6 +53,7 @@ from gm.edge.metrics import EdgeCollector
 from gm.edge.objects import EdgeObjects
 from gm.edge.pipeline import StatusPipeline
 from gm.edge.ports import EdgeSocket, UpgradeRequest
+from gm.edge.site import serve_hub
 from gm.edge.status import UpstreamStatus
 from gm.errors import ConfigError, GMError
 from gm.http_errors import error_response, json_errors, refusal
@@ -74,7 +75,7 @@ from gm.reconcile.reconciler import KindController
 from gm.reconcile.runner import ControllerRunner, ReconcileMetrics
 from gm.ui import StatusPage
 from shared import apis
-from shared.lanes import LaneSite, WebSocketLane
+from shared.lanes import WebSocketLane
 from shared.logs import event
 from shared.metrics import CONTENT_TYPE, render, service_registry
 from shared.server_limits import guarded_runner
@@ -82,7 +83,6 @@ from shared.tasks import FailFast, Supervised
 from shared.tls import TLSConfigError, server_context
 
 log = logging.getLogger("gm")
-LISTEN_BACKLOG = 4096  # the kernel caps it at net.core.somaxconn
 
 HUB_SYNC_WAIT = 10.0  # how long an LC's upgrade waits for the caches before a 503
 TASK_STOP_TIMEOUT = 10.0  # how long stop() waits for each supervised task
@@ -261,11 +261,11 @@ class GlobalManager:
                                       error_response=error_response)
         await self._runner.setup()
         # a deep accept queue: after a GM restart every LC of the fleet dials at once
-        # LC sessions skip aiohttp (shared/lanes.py): a hub holds tens of thousands of them
-        self._lane = WebSocketLane("/", self._hub_entry, when=lambda: self.hub is not None and self.hub.lean)
-        site = LaneSite(self._runner, self.config.websocket.address, self.config.websocket.port,
-                        lanes=[self._lane], ssl_context=ssl_context, backlog=LISTEN_BACKLOG)
-        await site.start()
+        # LC sessions skip aiohttp (gm/edge/site.py): a hub holds tens of thousands of them
+        assert self.hub is not None
+        site, self._lane = await serve_hub(self._runner, self.hub, self.config.websocket.address,
+                                           self.config.websocket.port, entry=self._hub_entry,
+                                           ssl_context=ssl_context)
         sockets = getattr(site._server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else self.config.websocket.port
 

@@ -343,9 +343,10 @@ class ServerWebSocket(asyncio.Protocol):
             raise FrameError(WSCloseCode.PROTOCOL_ERROR, f"unknown opcode {opcode:#x}")
         else:
             # refused as announced, before any of it is buffered
-            if (self._fragment_size if opcode == CONTINUATION else 0) + length > self._max_msg_size:
+            size = (self._fragment_size if opcode == CONTINUATION else 0) + length
+            if size > self._max_msg_size:
                 raise FrameError(WSCloseCode.MESSAGE_TOO_BIG,
-                                 f"message over the limit of {self._max_msg_size} bytes")
+                                 f"message of {size} bytes exceeds limit of {self._max_msg_size}")
         end = pos + head + 4 + length
         if len(buf) < end:
             return -1

@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from gm.edge.hub import Hub
+from gm.edge.site import serve_hub
 from gm.reports import ReportDeferred
 from lc.app import LocalController
 from lc.config import LCConfig
 from lc.link.dialer import GMLink, LinkSettings
 from proto import MAX_FRAME_BYTES, Message
+from shared.lanes import Upgrade, WebSocketLane
 from shared.server_limits import ServerLimits, guarded_runner
 from tests.hubfakes import MemSource
 
@@ -76,6 +80,17 @@ async def strip_subprotocol(request: web.Request, handler: Callable[[web.Request
     return await handler(request.clone(headers=headers))
 
 
+def strip_offer(hub: Hub) -> Callable[[Upgrade], Awaitable[Any]]:
+    """The lane's entry for a hub that behaves like an upstream GM (see strip_subprotocol)."""
+    async def entry(upgrade: Upgrade) -> Any:
+        headers = CIMultiDict(upgrade.headers)
+        headers.popall("Sec-WebSocket-Protocol", None)
+        upgrade.head = dataclasses.replace(upgrade.head, headers=CIMultiDictProxy(headers))
+        return await hub.handle(upgrade)
+
+    return entry
+
+
 class HubServer:
     """A Hub on an aiohttp site that can be stopped and started again on the same port."""
 
@@ -90,6 +105,7 @@ class HubServer:
         self.limits = ServerLimits()
         self.hub: Hub | None = None
         self._runner: web.AppRunner | None = None
+        self._lane: WebSocketLane | None = None
 
     @property
     def address(self) -> str:
@@ -104,8 +120,9 @@ class HubServer:
         # the GM's own server setup (gm/app.py): the shared limits
         self._runner = guarded_runner(app, limits=self.limits, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True)
-        await site.start()
+        entry = strip_offer(self.hub) if self.upstream_only else None
+        _, self._lane = await serve_hub(self._runner, self.hub, "127.0.0.1", self.port, entry=entry,
+                                        reuse_address=True)
         self.port = self._runner.addresses[0][1]
         return self.hub
 
@@ -113,6 +130,9 @@ class HubServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._lane is not None:
+            await self._lane.close()
+            self._lane = None
 
 
 def lc_config(tmp_path: Path, gm_address: str | None) -> LCConfig:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any
@@ -354,7 +355,8 @@ async def test_frame_the_gm_refuses_is_isolated_and_dead_lettered(
         await eventually(lambda: lc.store.outbox_size == 0, within=TIMEOUT, message="outbox drained")
         [dead] = await lc.store.dead_letters()
         assert (dead.seq, dead.reason) == (big, "protocol")
-        assert dead.error == "GM closed the connection (code 1009)"
+        assert re.fullmatch(r"GM closed the connection \(code 1009: message of \d+ bytes exceeds limit of 4096\)",
+                            dead.error), dead.error
         store = lc.store
         await eventually(lambda: _no_suspects(store), within=TIMEOUT, message="full window again")
         assert link.info.sessions >= 2

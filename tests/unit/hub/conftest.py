@@ -10,7 +10,8 @@ import pytest
 from aiohttp import web
 
 from gm.edge.hub import Hub
-from shared.lanes import LaneSite, WebSocketLane
+from gm.edge.site import serve_hub
+from shared.lanes import WebSocketLane
 from shared.server_limits import guarded_runner
 from tests.hubfakes import MemSource
 from tests.unit.hub.rig import (
@@ -56,10 +57,8 @@ async def make_hub(request: pytest.FixtureRequest, aiohttp_server: Any, source: 
         runner = guarded_runner(app, shutdown_timeout=1.0)
         await runner.setup()
         runners.append(runner)
-        lane = WebSocketLane("/", hub.handle, when=lambda: hub.lean)
+        _, lane = await serve_hub(runner, hub, "127.0.0.1", 0)
         lanes.append(lane)
-        site = LaneSite(runner, "127.0.0.1", 0, lanes=[lane])
-        await site.start()
         return hub, f"http://127.0.0.1:{runner.addresses[0][1]}/"
 
     yield make
