@@ -205,6 +205,7 @@ class LaneSite(web.TCPSite):
 # ---- the websocket lane ------------------------------------------------------------------
 
 UpgradeHandler = Callable[["Upgrade"], Awaitable[Any]]
+_NO_HEADERS: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
 
 
 class Upgrade(asyncio.Protocol):
@@ -213,7 +214,8 @@ class Upgrade(asyncio.Protocol):
 
     The handler reads what aiohttp's request would give it (headers, host, remote, transport)
     and either refuses (raising an aiohttp HTTPException) or accepts: `websocket(...)` makes
-    the socket the connection's protocol, and its `prepare` answers 101.
+    the socket the connection's protocol, and its `prepare` answers 101. From `websocket(...)`
+    on, `headers` is empty: a session holds its upgrade for its whole life, its headers no.
     """
 
     __slots__ = ("head", "_held", "_release", "_lost", "_socket")
@@ -264,6 +266,8 @@ class Upgrade(asyncio.Protocol):
         ws = self._socket = ServerWebSocket(
             head.transport, head.headers.get("Sec-WebSocket-Key", ""), sorted(head.tokens("Sec-WebSocket-Protocol")),
             protocols=protocols, max_msg_size=max_msg_size, timeout=timeout, on_lost=self._released)
+        # a session lives for days and never reads its request's headers again: they go now
+        self.head = RequestHead(head.method, head.path, head.version, _NO_HEADERS, head.transport, head.remote)
         if self._lost:
             ws.connection_lost(None)
             return ws

@@ -166,6 +166,8 @@ class ServerWebSocket(asyncio.Protocol):
             messages = self._messages
             if messages:
                 msg = messages.popleft()
+                if not messages:
+                    self._messages = None  # an idle session holds no queue (a deque is ~600 bytes)
                 if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY):
                     self._queued -= len(msg.data)
                     if self._paused and self._queued <= READ_LIMIT // 2:
