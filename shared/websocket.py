@@ -99,7 +99,7 @@ class ServerWebSocket(asyncio.Protocol):
     __slots__ = ("_transport", "_protocols", "_max_msg_size", "_timeout", "_state", "_buffer",
                  "_messages", "_queued", "_waiter", "_paused", "_drain", "_writing_paused",
                  "_fragments", "_fragment_op", "_fragment_size", "_close_code", "_close_sent",
-                 "_peer_closed", "_closed", "ws_protocol", "_key", "_on_lost")
+                 "_peer_closed", "_closed", "ws_protocol", "_key", "_on_lost", "_out")
 
     def __init__(self, transport: asyncio.BaseTransport, key: str, offered: Iterable[str], *,
                  protocols: Iterable[str] = (), max_msg_size: int = 4 << 20, timeout: float = 10.0,
@@ -126,6 +126,7 @@ class ServerWebSocket(asyncio.Protocol):
         self._peer_closed = False
         self._closed: asyncio.Future[None] | None = None  # `close` waiting for the peer's close
         self._on_lost = on_lost  # called once when the connection is lost
+        self._out: list[bytes] | None = None  # frames sent in this turn of the loop, written at its end
 
     # ---- what the hub uses (aiohttp's WebSocketResponse interface) ----------------------
 
@@ -224,9 +225,15 @@ class ServerWebSocket(asyncio.Protocol):
     # ---- writing ------------------------------------------------------------------------
 
     async def _send(self, opcode: int, payload: bytes) -> None:
+        """Queue a frame for the end of this turn of the loop (`_flush`); wait while the
+        transport's buffer is over its high-water mark."""
         if self._state != OPEN or self._transport.is_closing():
             raise ConnectionResetError("cannot write to a closing websocket")
-        self._transport.writelines((frame_header(opcode, len(payload)), payload))
+        out = self._out
+        if out is None:
+            out = self._out = []
+            asyncio.get_running_loop().call_soon(self._flush)
+        out += (frame_header(opcode, len(payload)), payload)
         if self._writing_paused:
             drain = self._drain
             if drain is None:
@@ -238,9 +245,18 @@ class ServerWebSocket(asyncio.Protocol):
             return
         self._close_sent = True
         payload = struct.pack("!H", code) + message[:MAX_CONTROL - 2]
-        self._transport.write(frame_header(CLOSE, len(payload)) + payload)
+        out = self._out or []
+        self._out = None
+        self._transport.write(b"".join((*out, frame_header(CLOSE, len(payload)), payload)))
         if self._state == OPEN:
             self._state = CLOSING
+
+    def _flush(self) -> None:
+        """Write what this turn of the loop sent, at once: a snapshot (begin, its objects, end)
+        or a batch of acks is one write, not one per frame."""
+        out, self._out = self._out, None
+        if out and not self._transport.is_closing():
+            self._transport.write(b"".join(out))
 
     def pause_writing(self) -> None:
         self._writing_paused = True

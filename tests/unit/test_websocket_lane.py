@@ -293,3 +293,37 @@ async def test_lane_connections_count_towards_the_per_client_cap(rig: Rig) -> No
     first.write(frame(0x8, struct.pack("!H", 1000)))
     await asyncio.sleep(0.2)
     await rig.upgraded()  # a place again
+
+
+class _Recording:
+    """A transport that records what is written (the socket's calls)."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+async def test_frames_sent_in_one_turn_of_the_loop_are_one_write_in_order() -> None:
+    transport = _Recording()
+    ws = ServerWebSocket(transport, KEY, ())
+    await ws.prepare(None)
+    assert len(transport.writes) == 1  # the 101
+    for n in range(3):
+        await ws.send_bytes(bytes([n]) * 3)
+    await ws.ping(b"p")
+    assert len(transport.writes) == 1  # nothing yet: written at the end of the turn
+    await asyncio.sleep(0)
+    assert transport.writes[1:] == [b"\x82\x03\x00\x00\x00\x82\x03\x01\x01\x01\x82\x03\x02\x02\x02\x89\x01p"]
+    await ws.send_str("a")
+    ws._send_close(1000)  # a close goes out at once, after what was queued before it
+    assert transport.writes[2:] == [b"\x81\x01a\x88\x02\x03\xe8"]
+    await asyncio.sleep(0)
+    assert len(transport.writes) == 3
