@@ -43,9 +43,9 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from aiohttp import web
@@ -80,6 +80,7 @@ METRICS_KEY = web.AppKey("metrics", LCMetrics)
 LINK_STATE_KEY = web.AppKey("link_state", Callable[[], str])
 LIMITS_KEY = web.AppKey("limits", ServerLimits)
 BUDGET_KEY = web.AppKey("body_budget", BodyBudget)
+TAKER_KEY = web.AppKey("report_taker", "ReportTaker")
 
 # What aiohttp decodes for us (it reads any other Content-Encoding as identity).
 CONTENT_ENCODINGS = ("identity", "gzip", "deflate")
@@ -139,23 +140,13 @@ def _kind_of(report: WorkerReport | None) -> str:
 async def _report(request: web.Request, metrics: LCMetrics, share: Share) -> web.StreamResponse:
     started = time.perf_counter()
     path_name = request.match_info["name"]
-    report = None
+    taker = request.app[TAKER_KEY]
     try:
-        _check_media(request)
+        check_media(request.headers)
         # parsed at once, so the body's bytes go before the report is checked and stored
-        report = decode_report(parse_json(await _read_body(
-            request, share, within=request.app[LIMITS_KEY].body_timeout)))
-        if report.name != path_name:
-            raise ReportError(f"worker name(name={clip(path_name)}) in the api is different "
-                              f"from that(name={clip(report.name)}) in the message body",
-                              reason="name_mismatch")
-        routed = await request.app[DISPATCHER_KEY].handle_report(report)
+        body = await _read_body(request, share, within=request.app[LIMITS_KEY].body_timeout)
     except ReportError as exc:
-        metrics.reports_rejected.labels(exc.reason).inc()
-        metrics.kind_reports.labels(_kind_of(report), "refused").inc()
-        event(log, "report refused", level=logging.INFO, worker=clip(path_name),
-              reason=exc.reason, error=exc.message)
-        response = error_response(exc.status, exc.message)
+        response = _response(taker.refused(path_name, None, exc))
         if exc.reason in _UNREADABLE_BODY or _body_left(request):
             return await _reply_and_close(request, response)
         return response
@@ -167,40 +158,87 @@ async def _report(request: web.Request, metrics: LCMetrics, share: Share) -> web
             503, f"report of worker(name={clip(path_name)}) not read: {exc}; retry",
             **{"Retry-After": BUSY_RETRY_AFTER}))
     except ClientGone:
-        metrics.clients_gone.inc()
-        event(log, "client went away", level=logging.INFO, worker=clip(path_name),
-              peer=request.remote or "")
+        taker.client_gone(path_name, request.remote)
         return error_response(400, "the client closed the connection before its body arrived")
-    except OutboxFullError as exc:  # nothing was stored: the worker retries the 503
-        metrics.reports_rejected.labels("outbox_full").inc()
+    return _response(await taker.take(path_name, body, started))
+
+
+class Answer(NamedTuple):
+    """A report's answer, whichever server path carried it: status, body, extra headers."""
+
+    status: int
+    body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+ACCEPTED = Answer(200, OK_BODY)
+
+
+def _response(answer: Answer) -> web.Response:
+    return web.Response(status=answer.status, body=answer.body, content_type=JSON, headers=dict(answer.headers))
+
+
+class ReportTaker:
+    """What the LC does with a report's body once it has all of it: decode, check, route and
+    durably store it, and the answer (every outcome counted and logged as before). The
+    aiohttp route and the report lane (lc/lane.py) both end here."""
+
+    def __init__(self, dispatcher: Dispatcher, metrics: LCMetrics) -> None:
+        self.dispatcher = dispatcher
+        self.metrics = metrics
+
+    async def take(self, path_name: str, body: bytes | bytearray, started: float) -> Answer:
+        metrics = self.metrics
+        report = None
+        try:
+            report = decode_report(parse_json(body))
+            if report.name != path_name:
+                raise ReportError(f"worker name(name={clip(path_name)}) in the api is different "
+                                  f"from that(name={clip(report.name)}) in the message body",
+                                  reason="name_mismatch")
+            routed = await self.dispatcher.handle_report(report)
+        except ReportError as exc:
+            return self.refused(path_name, report, exc)
+        except OutboxFullError as exc:  # nothing was stored: the worker retries the 503
+            metrics.reports_rejected.labels("outbox_full").inc()
+            event(log, "report refused", level=logging.INFO, worker=clip(path_name),
+                  reason="outbox_full", error=str(exc))
+            return Answer(503, status_body(503, f"report of worker(name={clip(path_name)}) not stored: {exc}"),
+                          (("Retry-After", STORE_RETRY_AFTER),))
+        except StoreError as exc:
+            metrics.reports_rejected.labels("store").inc()
+            event(log, "report not stored", level=logging.ERROR, worker=clip(path_name), error=str(exc))
+            return Answer(503, status_body(503, f"report of worker(name={clip(path_name)}) not stored: {exc}"),
+                          (("Retry-After", STORE_RETRY_AFTER),))
+        metrics.reports_accepted.labels(routed.route).inc()
+        metrics.kind_reports.labels(routed.kind, "accepted").inc()
+        metrics.report_seconds.observe(time.perf_counter() - started)
+        return ACCEPTED
+
+    def refused(self, path_name: str, report: WorkerReport | None, exc: ReportError) -> Answer:
+        self.metrics.reports_rejected.labels(exc.reason).inc()
+        self.metrics.kind_reports.labels(_kind_of(report), "refused").inc()
         event(log, "report refused", level=logging.INFO, worker=clip(path_name),
-              reason="outbox_full", error=str(exc))
-        return error_response(503, f"report of worker(name={clip(path_name)}) not stored: "
-                                   f"{exc}", **{"Retry-After": STORE_RETRY_AFTER})
-    except StoreError as exc:
-        metrics.reports_rejected.labels("store").inc()
-        event(log, "report not stored", level=logging.ERROR, worker=clip(path_name),
-              error=str(exc))
-        return error_response(503, f"report of worker(name={clip(path_name)}) not stored: "
-                                   f"{exc}", **{"Retry-After": STORE_RETRY_AFTER})
-    metrics.reports_accepted.labels(routed.route).inc()
-    metrics.kind_reports.labels(routed.kind, "accepted").inc()
-    metrics.report_seconds.observe(time.perf_counter() - started)
-    return web.Response(body=OK_BODY, content_type=JSON)
+              reason=exc.reason, error=exc.message)
+        return Answer(exc.status, status_body(exc.status, exc.message))
+
+    def client_gone(self, path_name: str, peer: str | None) -> None:
+        self.metrics.clients_gone.inc()
+        event(log, "client went away", level=logging.INFO, worker=clip(path_name), peer=peer or "")
 
 
-def _check_media(request: web.Request) -> None:
+def check_media(headers: Mapping[str, str]) -> None:
     """JSON in, JSON out; a missing Content-Type is read as JSON (curl, old clients)."""
-    raw_type = request.headers.get("Content-Type", "")
+    raw_type = headers.get("Content-Type", "")
     media = raw_type.split(";", 1)[0].strip().lower()
     if media and not (media in (JSON, "text/json") or media.endswith("+json")):
         raise ReportError(f"Content-Type {clip(media)} is not supported; send {JSON}",
                           status=415, reason="media_type")
-    accept = request.headers.get("Accept", "").lower()
+    accept = headers.get("Accept", "").lower()
     if accept and not any(t in accept for t in ("*/*", "application/*", "json")):
         raise ReportError(f"Accept {clip(accept)} excludes {JSON}, the only representation",
                           status=406, reason="not_acceptable")
-    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    encoding = headers.get("Content-Encoding", "identity").strip().lower()
     if encoding not in CONTENT_ENCODINGS:
         raise ReportError(f"Content-Encoding {clip(encoding, 40)!r} is not supported; send "
                           f"one of {', '.join(CONTENT_ENCODINGS)}", status=415, reason="encoding")
@@ -424,6 +462,7 @@ def build_app(*, store: Store, dispatcher: Dispatcher, metrics_: LCMetrics,
     app[STORE_KEY] = store
     app[DISPATCHER_KEY] = dispatcher
     app[METRICS_KEY] = metrics_
+    app[TAKER_KEY] = ReportTaker(dispatcher, metrics_)
     metrics_.watch(store=store, budget=app[BUDGET_KEY])
     app[LINK_STATE_KEY] = link_state
     app.router.add_post("/sedna/workers/{name}/info", post_report)

@@ -36,6 +36,7 @@ from lc.api import build_app, protocol_error_response
 from lc.config import LCConfig
 from lc.dispatch import Dispatcher
 from lc.errors import ConfigError
+from lc.lane import ReportLane
 from lc.managers.base import Confirmations, FileWork, Manager
 from lc.managers.dataset import DatasetManager
 from lc.managers.federatedlearning import FederatedLearningManager
@@ -48,6 +49,7 @@ from lc.managers.model import ModelManager
 from lc.metrics import LCMetrics
 from lc.store.facade import Store
 from shared import apis
+from shared.lanes import LaneSite
 from shared.logs import event
 from shared.server_limits import guarded_runner
 from shared.tasks import Restart, Supervised
@@ -99,6 +101,7 @@ class LocalController:
         self.dispatcher: Dispatcher | None = None
         self.metrics = LCMetrics()
         self._runner: web.AppRunner | None = None
+        self._lane: ReportLane | None = None
         self.link_task: Supervised | None = None  # the link's run, restarted when it ends
         self.port: int | None = None  # the bound port once started (BIND_PORT may be 0)
         self.confirmations = Confirmations()  # which stored objects the GM vouched for
@@ -183,8 +186,10 @@ class LocalController:
                                       error_response=protocol_error_response,
                                       shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.bind_address, self.config.bind_port,
-                           ssl_context=self._server_ssl())
+        # worker reports skip aiohttp on the plain path (lc/lane.py); everything else is the app's
+        self._lane = ReportLane.of(app)
+        site = LaneSite(self._runner, self.config.bind_address, self.config.bind_port,
+                        requests=[self._lane], ssl_context=self._server_ssl())
         await site.start()
         self.port = self._runner.addresses[0][1]
         event(log, "serving", address=self.config.bind_address, port=self.port,
@@ -205,6 +210,9 @@ class LocalController:
         if self._runner is not None:
             await self._runner.cleanup()  # stop accepting; in-flight handlers finish
             self._runner = None
+        if self._lane is not None:
+            await self._lane.drain(HTTP_SHUTDOWN_TIMEOUT)  # and the lane's reports in progress
+            self._lane = None
         if self.link_task is not None:
             await self.link_task.stop(within=LINK_STOP_TIMEOUT)  # logged if it hangs; go on
             self.link_task = None

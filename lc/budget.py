@@ -54,6 +54,16 @@ class BodyBudget:
         back whatever ends the request."""
         return Share(self)
 
+    def try_share(self, size: int) -> Share | None:
+        """A share holding `size` bytes at once, or None when that would wait (or not fit):
+        for a caller that has a slower path which waits (lc/lane.py leaves it to aiohttp's)."""
+        if self._waiters or self.used + size > self.total:
+            return None
+        share = Share(self)
+        self.used += size
+        share.held = size
+        return share
+
     async def _take(self, size: int) -> None:
         """Add `size` to `used`, waiting behind earlier requests for at most `wait`."""
         if not self._waiters and self.used + size <= self.total:

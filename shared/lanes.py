@@ -23,12 +23,16 @@ whoever serves it; an idle connection that has not sent a whole head within the 
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any, Protocol
 
 from aiohttp import web
+from aiohttp.http import SERVER_SOFTWARE
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from shared.logs import event
@@ -61,12 +65,94 @@ class RequestHead:
 
 
 class Lane(Protocol):
+    """Takes whole connections (a websocket lane)."""
+
     def claims(self, head: RequestHead) -> bool:
         """Whether this lane serves the request (decided from its head alone)."""
 
     def take(self, head: RequestHead, rest: bytes, release: Callable[[], None]) -> None:
         """Serve the connection from now on; `rest` is what arrived after the head, and
         `release` must be called once when the connection is lost."""
+
+
+Reply = tuple[bytes, bool]
+"""A request lane's answer: the whole HTTP response, and whether the connection closes after it."""
+
+
+class Call(Protocol):
+    """One request a RequestLane took, from its head to its answer."""
+
+    async def answer(self, body: bytes) -> Reply:
+        """The response once the whole body arrived (a crash is a 500 and a closed connection)."""
+
+    def timed_out(self) -> Reply:
+        """The response when the body did not arrive within the server's body timeout."""
+
+    def gone(self) -> None:
+        """The client went away before its body arrived (`answer` is never called)."""
+
+    def cut_short(self, arrived: int) -> Reply:
+        """The response when the client shut its sending side before the whole body came."""
+
+
+class RequestLane:
+    """Serves single requests on connections the front keeps (keep-alive): `open` decides from
+    the head, with the body's length, whether the lane takes it. The front reads the body
+    (Content-Length only: chunked bodies, `Expect` and anything else unusual are aiohttp's),
+    runs `answer` in a task the lane tracks, writes the reply and reads the next request."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def open(self, head: RequestHead, length: int) -> Call | None:
+        raise NotImplementedError
+
+    async def drain(self, within: float) -> None:
+        """Wait (bounded) for the answers in progress, e.g. before the store they use closes."""
+        if self.tasks:
+            await asyncio.wait(list(self.tasks), timeout=within)
+
+
+def body_length(head: RequestHead) -> int | None:
+    """The body length of a request a request lane may take: a keep-alive HTTP/1.1 request
+    with at most one Content-Length, no Transfer-Encoding and no expectation; else None."""
+    headers = head.headers
+    if head.version != "HTTP/1.1" or "Transfer-Encoding" in headers or "Expect" in headers:
+        return None
+    values = headers.getall("Content-Length", ())
+    if not values:
+        return 0
+    if len(values) > 1 or not values[0].isascii() or not values[0].isdigit() or len(values[0]) > 15:
+        return None
+    return int(values[0])
+
+
+_date: tuple[int, str] = (0, "")
+
+
+def http_date() -> str:
+    """The Date header's value, formatted once a second."""
+    global _date
+    now = int(time.time())
+    if _date[0] != now:
+        _date = (now, email.utils.formatdate(now, usegmt=True))
+    return _date[1]
+
+
+def http_response(status: int, body: bytes, *, content_type: str = "application/json",
+                  headers: Iterable[tuple[str, str]] = (), close: bool = False) -> bytes:
+    """An HTTP/1.1 response with a Content-Length body, as aiohttp would write it."""
+    reason = HTTPStatus(status).phrase if status in _STATUSES else ""
+    lines = [f"HTTP/1.1 {status} {reason}", f"Content-Type: {content_type}", f"Content-Length: {len(body)}",
+             f"Date: {http_date()}", SERVER]
+    lines += [f"{name}: {value}" for name, value in headers]
+    if close:
+        lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+_STATUSES = frozenset(s.value for s in HTTPStatus)
+SERVER = f"Server: {SERVER_SOFTWARE}"  # what aiohttp's own responses say
 
 
 def parse_head(data: bytes, transport: Any) -> RequestHead | None:
@@ -91,20 +177,39 @@ def parse_head(data: bytes, transport: Any) -> RequestHead | None:
     return RequestHead(parts[0], parts[1], parts[2], CIMultiDictProxy(headers), transport, remote)
 
 
+_HEAD, _BODY, _ANSWER = range(3)
+
+
 class _Front(asyncio.Protocol):
-    """A new connection until its first request head has told where it goes."""
+    """A connection between requests: each request head tells where the request goes. A
+    request lane answers it and the next one comes back here; a connection lane or aiohttp
+    takes the connection for good."""
 
-    __slots__ = ("_server", "_lanes", "_idle", "_transport", "_buffer", "_timer", "_admitted", "_gone")
+    __slots__ = ("_server", "_lanes", "_requests", "_idle", "_body_timeout", "_transport", "_buffer", "_timer",
+                 "_admitted", "_gone", "_state", "_call", "_lane", "_head_end", "_need", "_closing", "_paused",
+                 "_fronts", "_eof")
 
-    def __init__(self, server: web.Server, lanes: Sequence[Lane], idle_timeout: float) -> None:
+    def __init__(self, server: web.Server, lanes: Sequence[Lane], requests: Sequence[RequestLane],
+                 idle_timeout: float, body_timeout: float, fronts: set[_Front]) -> None:
+        self._fronts = fronts  # the site's: every connection the front holds
         self._server = server
         self._lanes = lanes
+        self._requests = requests
+        self._idle = idle_timeout
+        self._body_timeout = body_timeout
         self._transport: Any = None
         self._buffer = bytearray()
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.TimerHandle | None = None  # idle between requests, or the body's
         self._admitted = False
         self._gone = False  # handed over or closed: nothing more is ours
-        self._idle = idle_timeout
+        self._state = _HEAD
+        self._call: Call | None = None  # the request a lane took, until answered
+        self._lane: RequestLane | None = None  # the lane that took it
+        self._head_end = 0  # where its body starts in the buffer
+        self._need = 0  # where it ends
+        self._closing = False  # close after the answer (the client asked)
+        self._paused = False
+        self._eof = False  # the client shut its sending side: answer what it sent, then close
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport
@@ -115,7 +220,26 @@ class _Front(asyncio.Protocol):
                 transport.close()
                 return
             self._admitted = True
-        self._timer = asyncio.get_running_loop().call_later(self._idle, self._idle_out)
+        self._fronts.add(self)
+        self._arm(self._idle, self._idle_out)
+
+    def shut(self) -> None:
+        """The site stops: close now between requests, else after the answer in progress."""
+        self._closing = True
+        if self._state == _HEAD and not self._gone:
+            self._gone = True
+            self._disarm()
+            self._transport.close()
+
+    def _arm(self, delay: float, callback: Callable[[], None]) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_later(delay, callback)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _idle_out(self) -> None:
         self._timer = None
@@ -126,9 +250,20 @@ class _Front(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._gone:
             return
+        self._buffer += data
+        if self._state == _HEAD:
+            self._next()
+        elif self._state == _BODY:
+            if len(self._buffer) >= self._need:
+                self._answer()
+        elif len(self._buffer) > MAX_HEAD and not self._paused:  # pipelined while answering
+            self._paused = True
+            self._transport.pause_reading()
+
+    def _next(self) -> None:
+        """Route the request whose head is (being) read."""
         buffer = self._buffer
-        buffer += data
-        end = buffer.find(b"\r\n\r\n", max(0, len(buffer) - len(data) - 3))
+        end = buffer.find(b"\r\n\r\n")
         if end < 0:
             if len(buffer) > MAX_HEAD:
                 self._to_aiohttp()
@@ -139,22 +274,97 @@ class _Front(asyncio.Protocol):
                 if lane.claims(head):
                     self._to_lane(lane, head, bytes(buffer[end + 4:]))
                     return
+            length = body_length(head) if self._requests else None
+            if length is not None:
+                for requests in self._requests:
+                    call = requests.open(head, length)
+                    if call is not None:
+                        self._take(requests, call, head, end + 4, length)
+                        return
         self._to_aiohttp()
 
-    def _stop_timer(self) -> None:
+    def _take(self, lane: RequestLane, call: Call, head: RequestHead, body_start: int, length: int) -> None:
+        self._state, self._call = _BODY, call
+        self._head_end, self._need = body_start, body_start + length
+        self._closing = "close" in head.tokens("Connection")
+        self._lane = lane
+        if len(self._buffer) >= self._need:
+            self._answer()
+        elif self._eof:
+            self._cut_short()
+        else:
+            self._arm(self._body_timeout, self._body_late)
+
+    def _cut_short(self) -> None:
+        call, self._call = self._call, None
+        assert call is not None
+        data, _ = call.cut_short(len(self._buffer) - self._head_end)
+        self._finish(data)
+
+    def _finish(self, data: bytes) -> None:
+        """The last answer on this connection."""
         self._gone = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._disarm()
+        self._transport.write(data)
+        self._transport.close()
+
+    def _answer(self) -> None:
+        self._disarm()
+        buffer, call, lane = self._buffer, self._call, self._lane
+        assert call is not None and lane is not None
+        body = bytes(buffer[self._head_end:self._need])
+        del buffer[:self._need]
+        self._state = _ANSWER
+        task = asyncio.get_running_loop().create_task(self._reply(call, body))
+        lane.tasks.add(task)
+        task.add_done_callback(lane.tasks.discard)
+
+    async def _reply(self, call: Call, body: bytes) -> None:
+        try:
+            data, close = await call.answer(body)
+        except Exception:
+            event(log, "request lane failed", level=logging.ERROR, exc_info=True)
+            data, close = http_response(500, b"internal error", content_type="text/plain", close=True), True
+        self._call = None
+        transport = self._transport
+        if transport.is_closing():
+            return
+        if close or self._closing:
+            self._finish(data)
+            return
+        transport.write(data)
+        self._state = _HEAD
+        self._arm(self._idle, self._idle_out)
+        if self._paused:
+            self._paused = False
+            transport.resume_reading()
+        if self._buffer:
+            self._next()
+        if self._eof and self._state == _HEAD and not self._gone:  # nothing more will come
+            self._gone = True
+            self._disarm()
+            transport.close()
+
+    def _body_late(self) -> None:
+        self._timer = None
+        call, self._call = self._call, None
+        if self._gone or call is None or self._state != _BODY:
+            return
+        data, _ = call.timed_out()
+        self._finish(data)
 
     def _to_lane(self, lane: Lane, head: RequestHead, rest: bytes) -> None:
-        self._stop_timer()
+        self._gone = True
+        self._fronts.discard(self)
+        self._disarm()
         self._buffer = bytearray()
         lane.take(head, rest, self._release)
 
     def _to_aiohttp(self) -> None:
-        """aiohttp serves the connection from its first byte, as if it had accepted it."""
-        self._stop_timer()
+        """aiohttp serves the connection from this request on, as if it had accepted it."""
+        self._gone = True
+        self._fronts.discard(self)
+        self._disarm()
         data, self._buffer = bytes(self._buffer), bytearray()
         handler = self._server()
         if self._admitted:
@@ -173,33 +383,55 @@ class _Front(asyncio.Protocol):
             self._server.release(self)
 
     def eof_received(self) -> bool:
-        return False
+        """The client shut its sending side: the request in progress is still answered on the
+        open write side (a body left incomplete is the lane's `cut_short`), then it closes."""
+        self._eof = True
+        if self._gone or self._state == _HEAD:
+            return False  # idle, or a head that cannot complete: close now
+        if self._state == _BODY:
+            self._cut_short()
+        return True
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        if not self._gone:  # lost before anyone took it
-            self._stop_timer()
-            self._release()
+        """Only while the front is the connection's protocol (not after giving it away)."""
+        self._gone = True
+        self._fronts.discard(self)
+        self._disarm()
+        call, self._call = self._call, None
+        if call is not None and self._state == _BODY:
+            call.gone()  # an answer in progress goes on: its reply is simply not written
+        self._release()
 
 
 class LaneSite(web.TCPSite):
-    """aiohttp's TCP site for a GuardedAppRunner, with its connections starting on the front."""
+    """aiohttp's TCP site for a GuardedAppRunner, its connections starting on the front."""
 
-    def __init__(self, runner: GuardedAppRunner, host: str | None, port: int, *, lanes: Iterable[Lane],
-                 **kwargs: Any) -> None:
+    def __init__(self, runner: GuardedAppRunner, host: str | None, port: int, *, lanes: Iterable[Lane] = (),
+                 requests: Iterable[RequestLane] = (), **kwargs: Any) -> None:
         super().__init__(runner, host, port, **kwargs)
         self._lanes = tuple(lanes)
+        self._requests = tuple(requests)
         self._idle = runner.limits.idle_timeout
+        self._body_timeout = runner.limits.body_timeout
+        self._fronts: set[_Front] = set()
 
     async def start(self) -> None:
         await web.BaseSite.start(self)
         server = self._runner.server
         assert server is not None
-        lanes, idle = self._lanes, self._idle
+        lanes, requests, idle, body, fronts = self._lanes, self._requests, self._idle, self._body_timeout, self._fronts
         self._server = await asyncio.get_running_loop().create_server(
-            lambda: _Front(server, lanes, idle), self._host, self._port, ssl=self._ssl_context,
+            lambda: _Front(server, lanes, requests, idle, body, fronts), self._host, self._port, ssl=self._ssl_context,
             backlog=self._backlog, reuse_address=self._reuse_address, reuse_port=self._reuse_port)
         sockets = getattr(self._server, "sockets", None) or []
         self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
+
+    async def stop(self) -> None:
+        """Stop listening (aiohttp's), and close the connections the front holds: idle ones now,
+        the others after their answer. What a lane took is the lane's to end."""
+        await super().stop()
+        for front in list(self._fronts):
+            front.shut()
 
 
 # ---- the websocket lane ------------------------------------------------------------------
