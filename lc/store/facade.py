@@ -494,20 +494,18 @@ class Store:
             raise StoreError(f"read failed: {exc}") from None
 
     def _run_batch(self, ops: list[Op]) -> list[Any]:
-        """One transaction; each op in a savepoint so one failing op spares the others, then
-        the worker records' housekeeping for all of them (`_sweep`)."""
-        conn = self._conn
-        results: list[Any] = []
-        conn.execute("BEGIN IMMEDIATE")
+        """One transaction, then the worker records' housekeeping for all of its ops (`_sweep`).
+
+        One failing op spares the others: the ops run back to back first, and if one fails,
+        the transaction is rolled back and run again with each op in a savepoint, where a
+        failure undoes that op alone. Ops only read and write the connection (and note what
+        they wrote in `_written`), so running one twice is running it once."""
         try:
-            for op in ops:
-                results.append(_run_in_savepoint(conn, op))
-            swept = _run_in_savepoint(conn, self._sweep) if self._written else Counter()
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+            try:
+                results, swept = self._transaction(ops, isolated=False)
+            except _OpFailed:
+                self._written.clear()
+                results, swept = self._transaction(ops, isolated=True)
         finally:
             self._written.clear()
         if isinstance(swept, StoreError):  # the reports stand; the next batch sweeps again
@@ -515,6 +513,27 @@ class Store:
         else:
             self._swept = swept
         return results
+
+    def _transaction(self, ops: list[Op], *, isolated: bool) -> tuple[list[Any], Any]:
+        conn = self._conn
+        results: list[Any] = []
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for op in ops:
+                if isolated:
+                    results.append(_run_in_savepoint(conn, op))
+                    continue
+                try:
+                    results.append(op(conn))
+                except _OP_ERRORS as exc:
+                    raise _OpFailed from exc
+            swept = _run_in_savepoint(conn, self._sweep) if self._written else Counter()
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return results, swept
 
     def _sweep(self, conn: sqlite3.Connection) -> Counter[str]:
         """After a batch that wrote worker records: delete those past their TTL and the
@@ -532,11 +551,18 @@ class Store:
             self._observe(size, seconds)
 
 
+_OP_ERRORS = (sqlite3.Error, StoreError, ValueError, TypeError, KeyError)  # one op's failure, not the batch's
+
+
+class _OpFailed(Exception):
+    """An op failed in a batch run without savepoints: run it again with them."""
+
+
 def _run_in_savepoint(conn: sqlite3.Connection, op: Op) -> Any:
     conn.execute("SAVEPOINT op")
     try:
         result = op(conn)
-    except (sqlite3.Error, StoreError, ValueError, TypeError, KeyError) as exc:
+    except _OP_ERRORS as exc:
         conn.execute("ROLLBACK TO op")
         conn.execute("RELEASE op")
         # without its traceback: it would keep the op's frame, and what it wrote, alive
