@@ -117,6 +117,25 @@ async def test_failing_op_spares_the_rest_of_its_batch(store: Store) -> None:
     assert [e.name for e in await store.pending()] == ["a", "b"]
 
 
+async def test_an_op_failing_after_it_wrote_leaves_nothing_and_spares_its_batch(store: Store) -> None:
+    """The batch runs again with savepoints: the failed op's own write is undone, the others'
+    are not written twice."""
+    def half(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO lc_meta VALUES ('half', 'written')")
+        conn.execute("INSERT INTO no_such_table VALUES (1)")
+
+    before = store.transactions
+    results = await asyncio.gather(
+        store.append_report("Dataset", "ns", "a", {"numberOfSamples": 1}),
+        store.write(half),
+        store.append_report("Dataset", "ns", "b", {"numberOfSamples": 2}),
+        return_exceptions=True)
+    assert isinstance(results[1], StoreError)
+    assert await store.get_meta("half") is None
+    assert [(e.seq, e.name) for e in await store.pending()] == [(results[0], "a"), (results[2], "b")]
+    assert store.transactions - before <= 2  # one batch (or the first report alone, then the rest)
+
+
 async def test_wait_outbox_wakes_on_commit_and_times_out(store: Store) -> None:
     assert await store.wait_outbox(0, within=0.05) is False
     waiter = asyncio.create_task(store.wait_outbox(0, within=5))
