@@ -19,7 +19,6 @@ import pytest
 from devcluster import servingcert
 from devcluster.servingcert import ServingCert as ServerCert
 from gm.app import GlobalManager
-from gm.edge.intake import PLACEMENT_GRACE
 from gm.errors import ConfigError
 from gm.kube.apierrors import AlreadyExists
 from gm.kube.resources import DATASETS, GVR, PODS, SECRETS
@@ -39,6 +38,7 @@ LC_ACCOUNT = f"system:serviceaccount:{NS}:sedna-lc"
 SERVICE_ACCOUNTS = GVR("", "v1", "serviceaccounts")
 
 DATASET_NAMES = ("d-before", "d-after", "d-tls")
+GRACE = 0.5  # the GM's placement grace in test_lc_worker_api_over_https (gm.edge.intake.PLACEMENT_GRACE: 10 s)
 
 StartLC = Callable[..., Awaitable[LocalController]]
 
@@ -228,7 +228,9 @@ async def test_lc_with_the_wrong_ca_does_not_connect(start_gm, start_lc, server_
     assert lc.link.info.sessions == 0 and gm.hub is not None and gm.hub.connected_nodes() == []
 
 
-async def test_lc_worker_api_over_https(start_gm, start_lc, server_cert: ServerCert) -> None:
+async def test_lc_worker_api_over_https(start_gm, start_lc, server_cert: ServerCert, monkeypatch) -> None:
+    # the refusal below comes after the GM's placement grace: a short one (the point here is TLS)
+    monkeypatch.setattr("gm.app.PLACEMENT_GRACE", GRACE)
     gm = await start_gm()
     lc = await start_lc(gm, tls_cert_file=str(server_cert.cert), tls_key_file=str(server_cert.key))
     ssl = client_context(str(server_cert.ca), setting="test")
@@ -245,7 +247,7 @@ async def test_lc_worker_api_over_https(start_gm, start_lc, server_cert: ServerC
     # the report was stored and relayed; the GM has no such job, so it refuses it once its
     # placement grace (the wait for a CR its caches may not hold yet) is over
     assert gm.hub is not None
-    await eventually(lambda: gm.hub.stats.refused == 1, within=PLACEMENT_GRACE + 10.0,
+    await eventually(lambda: gm.hub.stats.refused == 1, within=GRACE + 10.0,
                      message="the report reached the GM")
 
 
