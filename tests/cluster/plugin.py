@@ -5,9 +5,10 @@ kube-scheduler, etcd and kwok of scripts/kube_real.py), each with the same three
 and `cloud-node`. The same test body runs on both; a difference fails one of the two ids.
 
 Registered for the whole suite by tests/conftest.py (`pytest_plugins`), so the conformance
-suite can use it too. Both clusters start lazily, once per pytest session, on the first test
-that needs them, and stop at the end of the session whatever the outcome (also on Ctrl-C or
-SIGTERM).
+suite can use it too. Both clusters start once per pytest session and stop at the end of the
+session whatever the outcome (also on Ctrl-C or SIGTERM): the dev cluster on the first test that
+needs it, the real one at collection, in the background, while every test that needs it (they
+carry the `real_cluster` mark) is moved to the end of the run.
 
 The real cluster: `make test` builds the binaries first (`make kube-build`). This fixture starts
 a cluster of its own in `.kube-test/<pid>/` (never the `make kube-up` one of `.kube-real/`),
@@ -384,9 +385,10 @@ def _start(config, name: str, factory) -> _Starting:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items) -> None:
     """Start the real cluster now when a selected test needs it (see `_Starting`), and run those
-    tests last, so that the rest of the run overlaps its start."""
+    tests last, so that the rest of the run overlaps its start. A test needs it when it carries
+    REAL_MARK: `target`'s "real", the conformance suite's "real" server, test_capture_diff."""
     def on_real(item) -> bool:
-        return bool(getattr(item, "callspec", None)) and item.callspec.params.get("target") == "real"
+        return item.get_closest_marker(REAL_MARK) is not None
     real = [item for item in items if on_real(item)]
     if real:
         items[:] = [item for item in items if not on_real(item)] + real
