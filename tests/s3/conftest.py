@@ -1,11 +1,14 @@
 """Fixtures for the S3 tests: one real SeaweedFS server for the session (tests/s3server.py),
-a fresh bucket per test, and the LC's client signed with the server's identity."""
+started at collection in the background and stopped at the end of the run, a fresh bucket per
+test, and the LC's client signed with the server's identity."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
-from collections.abc import AsyncIterator, Iterator
+import threading
+from collections.abc import AsyncIterator
 
 import pytest
 from aiobotocore.session import get_session
@@ -19,13 +22,62 @@ FAST = S3Settings(connect_timeout=2, read_timeout=2, request_timeout=5, attempts
                   backoff_base=0.05, backoff_max=0.2, part_bytes=64 * 1024)
 
 
+class _Starting:
+    """The server started in a thread of its own at collection (it takes some 3 s idle, over 10 s
+    on a busy machine), so that its start overlaps the tests that run before the first S3 test."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self._endpoint: S3Endpoint | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="start-s3-server", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._endpoint = self._stack.enter_context(seaweedfs(keep_logs=bool(os.environ.get("SEDNA_KEEP_S3_LOGS"))))
+        except BaseException as err:  # handed to the first test that needs the server
+            self._error = err
+
+    def get(self) -> S3Endpoint:
+        self._thread.join()
+        if isinstance(self._error, S3ServerUnavailable):
+            pytest.fail(f"the S3 test server is not available: {self._error}", pytrace=False)
+        if self._error is not None:
+            raise self._error
+        assert self._endpoint is not None
+        return self._endpoint
+
+    def close(self) -> None:
+        self._thread.join()
+        self._stack.close()
+
+
+_STARTED = pytest.StashKey[_Starting]()
+
+
+def _start(config: pytest.Config) -> _Starting:
+    if _STARTED not in config.stash:
+        config.stash[_STARTED] = _Starting()
+    return config.stash[_STARTED]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Start the server now when a selected test needs it."""
+    if any("s3_server" in getattr(item, "fixturenames", ()) for item in items):
+        _start(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop it whatever happened to the run (also when no test came to need it)."""
+    if _STARTED in config.stash:
+        config.stash[_STARTED].close()
+        del config.stash[_STARTED]
+
+
 @pytest.fixture(scope="session")
-def s3_server() -> Iterator[S3Endpoint]:
-    try:
-        with seaweedfs(keep_logs=bool(os.environ.get("SEDNA_KEEP_S3_LOGS"))) as endpoint:
-            yield endpoint
-    except S3ServerUnavailable as exc:
-        pytest.fail(f"the S3 test server is not available: {exc}", pytrace=False)
+def s3_server(request: pytest.FixtureRequest) -> S3Endpoint:
+    return _start(request.config).get()
 
 
 @pytest.fixture
