@@ -6,6 +6,10 @@ on aiohttp's C parser (the default) and on its pure-Python one, which accept dif
 (HTTP/1.2, `chunked, chunked`, unknown methods): the answer must not depend on which one a
 deployment happens to load. The GM runs against the dev cluster; its error bodies are
 Kubernetes `Status` objects, the LC's `{"Status", "Message"}`.
+
+One dev cluster and GM serve every GM case of the module (the cases change nothing on it, and
+aiohttp makes a request parser per connection, so the parser a case picks is the one its
+connections get); the LC, as cheap to start as a connection, is started per case.
 """
 
 from __future__ import annotations
@@ -18,10 +22,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 from aiohttp import http_parser, web_protocol
 from multidict import CIMultiDict
 
+from gm.app import GlobalManager
+from gm.config import parse_config
+from tests.conftest import served_cluster
+from tests.e2e.conftest import gm_config, install_crds
 from tests.unit.test_lc_support import running_lc
+
+# the module's GM (shared_gm) lives on a loop of the module's
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 REPORT = json.dumps({"name": "w1", "namespace": "default", "ownerName": "ji",
                      "ownerKind": "jointinferenceservice", "status": "running"}).encode()
@@ -64,16 +76,29 @@ def parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
     return request.param
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="module")
 async def lc(parser: str, tmp_path: Path) -> AsyncIterator[Target]:
     async with running_lc(tmp_path) as (controller, _):
         yield Target("lc", controller.port, "POST /sedna/workers/w1/info")
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared_gm(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[GlobalManager]:
+    """The dev cluster with the Sedna CRDs and a GM on it, for every GM case of the module."""
+    home = tmp_path_factory.mktemp("http-edges-gm")
+    async with served_cluster(home, image_map={}, restart_backoff=0.05) as dc:
+        install_crds(dc)
+        gm = GlobalManager(parse_config(gm_config(home / "kubeconfig")))
+        await gm.start()
+        try:
+            yield gm
+        finally:
+            await gm.stop()
+
+
 @pytest.fixture
-async def gm_target(parser: str, start_gm: Any) -> Target:
-    gm = await start_gm()
-    return Target("gm", gm.port, "GET /healthz")
+def gm_target(parser: str, shared_gm: GlobalManager) -> Target:
+    return Target("gm", shared_gm.port, "GET /healthz")
 
 
 @pytest.fixture(params=["lc", "gm"])
@@ -343,6 +368,7 @@ async def test_gm_errors_are_json_status(gm_target: Target, request_bytes: bytes
         assert got == message
 
 
+@pytest.mark.asyncio(loop_scope="function")  # a GM of its own, with a token
 async def test_gm_auth_refusal_is_json_status(start_gm: Any) -> None:
     gm = await start_gm(websocket=f"{{address: 127.0.0.1, port: 0, token: {TOKEN}}}")
     target = Target("gm", gm.port, "GET /healthz")
