@@ -43,7 +43,9 @@ import asyncio
 import base64
 import re
 import ssl
+import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -170,22 +172,37 @@ def case(request) -> dict:
     return case
 
 
+@pytest.fixture(scope="session")
+def namespaces_going(real_cluster: Cluster) -> Iterator[dict[str, float]]:
+    """The namespaces a case created and deleted on the real server, not yet gone (path -> the
+    monotonic deadline of their going): a namespace goes only once the namespace controller has
+    emptied it, seconds later, so a case does not wait for its own; the next case that names one
+    waits first, and the session's end waits for the rest."""
+    going: dict[str, float] = {}
+    yield going
+    if going:
+        asyncio.run(_wait_gone_on(real_cluster, going))
+
+
 @pytest.mark.parametrize("case", [pytest.param((p.values[0], p.id), id=p.id) for p in _load()], indirect=True)
-async def test_case(case: dict, server: Cluster | None, tmp_path: Path) -> None:
+async def test_case(case: dict, server: Cluster | None, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     if server is None:
         async with served_cluster(tmp_path, image_map={}, restart_backoff=0.05) as dc, \
                 aiohttp.ClientSession() as http:
             await _run(http, dc.url, case)
         return
+    going = request.getfixturevalue("namespaces_going")
     ns = f"c{uuid.uuid4().hex[:6]}"  # seven letters, as `default`
     base, headers, ctx, admin = _real_endpoint(server)
+    case = _in_namespace(case, ns, admin)
     async with aiohttp.ClientSession(headers=headers, connector=aiohttp.TCPConnector(ssl=ctx)) as http:
+        await _wait_gone(http, base, going, named_in=str(case))
         await _namespace(http, base, ns)
         created: list[str] = []
         try:
-            await _run(http, base, _in_namespace(case, ns, admin), created, settle=_settle(case))
+            await _run(http, base, case, created, settle=_settle(case))
         finally:
-            await _clean_up(http, base, ns, created)
+            await _clean_up(http, base, ns, created, going)
 
 
 def _real_endpoint(c: Cluster) -> tuple[str, dict[str, str], ssl.SSLContext, str]:
@@ -234,28 +251,48 @@ async def _namespace(http: aiohttp.ClientSession, base: str, ns: str) -> None:
             await asyncio.sleep(0.02)
 
 
+_NAMESPACE = re.compile(r"^/api/v1/namespaces/[^/]+$")
 _CLUSTER_SCOPED = re.compile(r"^(/api/v1/(namespaces|nodes|persistentvolumes)|/apis/[^/]+/[^/]+/"
                              r"(clusterroles|clusterrolebindings|customresourcedefinitions|priorityclasses|"
                              r"storageclasses|ingressclasses|validatingwebhookconfigurations|"
                              r"mutatingwebhookconfigurations))(\?.*)?$")
 
 
-async def _clean_up(http: aiohttp.ClientSession, base: str, ns: str, created: list[str]) -> None:
+async def _clean_up(http: aiohttp.ClientSession, base: str, ns: str, created: list[str],
+                    going: dict[str, float]) -> None:
     """Delete the case's namespace and the cluster-scoped objects it made; wait until those are gone
-    (a CRD or a cluster role of the same name may be the next case's)."""
+    (a CRD or a cluster role of the same name may be the next case's), but for namespaces, which
+    go to `going` (see namespaces_going)."""
     async with http.delete(f"{base}/api/v1/namespaces/{ns}"):
         pass
     for path in created:
         async with http.delete(base + path):
             pass
-    deadline = asyncio.get_running_loop().time() + 90
-    for path in created:
+    deadline = time.monotonic() + 90
+    going.update((path, deadline) for path in created if _NAMESPACE.match(path))
+    await _wait_gone(http, base, {path: deadline for path in created if not _NAMESPACE.match(path)})
+
+
+async def _wait_gone(http: aiohttp.ClientSession, base: str, paths: dict[str, float], *,
+                     named_in: str | None = None) -> None:
+    """Until each of `paths` (path -> deadline) answers 404, each removed once it does; with
+    `named_in`, only those whose name is in that text."""
+    for path, deadline in list(paths.items()):
+        if named_in is not None and path.rsplit("/", 1)[1] not in named_in:
+            continue
         while True:
             async with http.get(base + path) as resp:
                 if resp.status == 404:
                     break
-            assert asyncio.get_running_loop().time() < deadline, f"{path} still there 90s after its delete"
+            assert time.monotonic() < deadline, f"{path} still there 90s after its delete"
             await asyncio.sleep(0.05)
+        del paths[path]
+
+
+async def _wait_gone_on(c: Cluster, paths: dict[str, float]) -> None:
+    base, headers, ctx, _ = _real_endpoint(c)
+    async with aiohttp.ClientSession(headers=headers, connector=aiohttp.TCPConnector(ssl=ctx)) as http:
+        await _wait_gone(http, base, paths)
 
 
 async def _served(http: aiohttp.ClientSession, base: str, crd: dict) -> None:
