@@ -25,11 +25,13 @@ from lc.errors import StoreBusyError, StoreClosedError, StoreError
 log = logging.getLogger(__name__)
 
 Op = Callable[[Any], Any]
-Item = tuple[Op, "asyncio.Future[Any]", Callable[[Any], None] | None]
-"""A write operation: called on the DB thread with the connection, inside a transaction."""
+Item = tuple[Op, "asyncio.Future[Any]", Callable[[Any], None] | None, bool]
+"""A write operation (called on the DB thread with the connection, inside a transaction),
+its caller's future, what runs once it committed, and whether it must be durable."""
 
-BatchRunner = Callable[[list[Op]], list[Any]]
-"""Runs ops in one transaction; returns per op its result or the exception it raised."""
+BatchRunner = Callable[[list[Op], bool], list[Any]]
+"""Runs ops in one transaction, durably (fsync before it returns) when told so; returns per
+op its result or the exception it raised."""
 
 BatchObserver = Callable[[int, float], None]
 """Told (batch size, seconds the commit took) after each committed batch."""
@@ -48,7 +50,7 @@ class GroupCommitter:
         self._executor = executor
         self._max_batch = max_batch
         self._observe = observe
-        self._queue: asyncio.Queue[tuple[Op, asyncio.Future[Any]] | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[Item | None] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self.batches = 0  # transactions committed so far
@@ -58,17 +60,20 @@ class GroupCommitter:
         self._task = asyncio.create_task(self._writer(), name="lc-store-group-commit")
         self._task.add_done_callback(self._on_writer_done)
 
-    async def submit(self, op: Op, *, on_commit: Callable[[Any], None] | None = None) -> Any:
+    async def submit(self, op: Op, *, on_commit: Callable[[Any], None] | None = None,
+                     durable: bool = True) -> Any:
         """Queue `op`; return its result once the transaction holding it committed.
 
         `on_commit(result)` runs on the event loop right after the commit even if the caller
-        was cancelled meanwhile: bookkeeping that must follow a committed write goes there."""
+        was cancelled meanwhile: bookkeeping that must follow a committed write goes there.
+        A batch of ops that all need not be `durable` commits without waiting for the disk
+        (a crash may undo it, never reorder it: a later durable commit makes it durable too)."""
         if self._closed:
             raise StoreClosedError("store is closed")
         if self._queue.qsize() >= self._max_waiting:
             raise StoreBusyError(f"{self._max_waiting} writes already wait for a commit")
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((op, future, on_commit))
+        self._queue.put_nowait((op, future, on_commit, durable))
         try:
             return await future
         except BaseException:
@@ -115,7 +120,7 @@ class GroupCommitter:
         started = time.perf_counter()
         try:
             results = await loop.run_in_executor(self._executor, self._run_batch,
-                                                 [item[0] for item in batch])
+                                                 [item[0] for item in batch], any(item[3] for item in batch))
         except asyncio.CancelledError:
             _fail(batch, StoreClosedError("store writer cancelled during a commit"))
             raise
@@ -126,7 +131,7 @@ class GroupCommitter:
         self.batches += 1
         if self._observe is not None:
             self._observe(len(batch), time.perf_counter() - started)
-        for (_, future, on_commit), result in zip(batch, results, strict=True):
+        for (_, future, on_commit, _), result in zip(batch, results, strict=True):
             if on_commit is not None and not isinstance(result, BaseException):
                 on_commit(result)
             if future.done():

@@ -64,8 +64,12 @@ class Store:
 
     def __init__(self, path: str, executor: ThreadPoolExecutor, conn: sqlite3.Connection,
                  *, observe: BatchObserver | None, bounds: StoreBounds = DEFAULT_BOUNDS,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, synchronous: str = "FULL") -> None:
         self.path = path
+        # DB thread: the connection's synchronous setting now, and what a batch that need not
+        # be durable commits with (in WAL mode NORMAL does not wait for the disk)
+        self._sync_now = self._sync_durable = synchronous.upper()
+        self._sync_lazy = "NORMAL" if self._sync_durable in ("FULL", "EXTRA") else self._sync_durable
         self.bounds = bounds
         self.clock = clock  # wall-clock seconds: what received_at and the TTLs count in
         self._executor = executor
@@ -101,7 +105,7 @@ class Store:
         except BaseException:
             executor.shutdown(wait=False)
             raise
-        store = cls(path, executor, conn, observe=observe, bounds=bounds, clock=clock)
+        store = cls(path, executor, conn, observe=observe, bounds=bounds, clock=clock, synchronous=synchronous)
         store._outbox_size, store._last_seq = await store._read(outbox_counts)
         store.outbox_epoch = await store._read(outbox_epoch)
         store._committer.start()
@@ -166,12 +170,15 @@ class Store:
             "SELECT created_at FROM lc_outbox ORDER BY seq LIMIT 1").fetchone())
         return None if row is None else row[0]
 
-    async def write(self, op: Op, *, on_commit: Callable[[Any], None] | None = None) -> Any:
+    async def write(self, op: Op, *, on_commit: Callable[[Any], None] | None = None,
+                    durable: bool = True) -> Any:
         """Run `op(conn)` in the next group-commit transaction; return its result.
-        `on_commit(result)` runs once it committed, even if this caller is cancelled."""
+        `on_commit(result)` runs once it committed, even if this caller is cancelled. A write
+        that a crash may undo (the delete of an acked report, which is then sent again and
+        found stale by the GM) passes `durable=False`: alone, it does not wait for the disk."""
         if not self._open:
             raise StoreClosedError("store is closed")
-        return await self._committer.submit(op, on_commit=on_commit)
+        return await self._committer.submit(op, on_commit=on_commit, durable=durable)
 
     def _published(self, appended: Appended) -> None:
         """Account for committed outbox rows and wake whoever waits for them."""
@@ -200,7 +207,7 @@ class Store:
         """Drop every entry with seq <= upto (cumulative ack); returns how many went."""
         return await self.write(
             lambda c: c.execute("DELETE FROM lc_outbox WHERE seq <= ?", (upto,)).rowcount,
-            on_commit=self._acked)
+            on_commit=self._acked, durable=False)
 
     async def ack_one(self, seq: int, *, fold: str | None = None) -> bool:
         """Drop the entry `seq` and, with its `fold` key, every older entry of that key (it
@@ -210,7 +217,7 @@ class Store:
             mine = conn.execute("DELETE FROM lc_outbox WHERE seq = ?", (seq,)).rowcount
             return mine, delete_covered(conn, seq, fold)
 
-        mine, _ = await self.write(op, on_commit=lambda r: self._acked(r[0] + r[1]))
+        mine, _ = await self.write(op, on_commit=lambda r: self._acked(r[0] + r[1]), durable=False)
         return mine == 1
 
     async def wait_outbox(self, after_seq: int, within: float | None = None) -> bool:
@@ -493,13 +500,17 @@ class Store:
         except sqlite3.Error as exc:
             raise StoreError(f"read failed: {exc}") from None
 
-    def _run_batch(self, ops: list[Op]) -> list[Any]:
+    def _run_batch(self, ops: list[Op], durable: bool = True) -> list[Any]:
         """One transaction, then the worker records' housekeeping for all of its ops (`_sweep`).
 
         One failing op spares the others: the ops run back to back first, and if one fails,
         the transaction is rolled back and run again with each op in a savepoint, where a
         failure undoes that op alone. Ops only read and write the connection (and note what
         they wrote in `_written`), so running one twice is running it once."""
+        sync = self._sync_durable if durable else self._sync_lazy
+        if sync != self._sync_now:
+            self._conn.execute(f"PRAGMA synchronous = {sync}")
+            self._sync_now = sync
         try:
             try:
                 results, swept = self._transaction(ops, isolated=False)

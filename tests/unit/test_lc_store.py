@@ -273,7 +273,7 @@ async def test_group_committer_refuses_beyond_its_backlog() -> None:
     started, gate = threading.Event(), threading.Event()
     batches: list[int] = []
 
-    def run_batch(ops: list) -> list:
+    def run_batch(ops: list, durable: bool) -> list:
         started.set()
         gate.wait(5)
         batches.append(len(ops))
@@ -292,6 +292,37 @@ async def test_group_committer_refuses_beyond_its_backlog() -> None:
         assert [await first, *[await q for q in queued]] == ["a", 0, 1]
         await committer.close()
     assert batches == [1, 2]
+
+
+async def test_a_batch_waits_for_the_disk_only_when_one_of_its_writes_must_be_durable() -> None:
+    seen: list[tuple[int, bool]] = []
+
+    def run_batch(ops: list, durable: bool) -> list:
+        seen.append((len(ops), durable))
+        return [op(None) for op in ops]
+
+    with ThreadPoolExecutor(max_workers=1) as executor:
+        committer = GroupCommitter(run_batch, executor)
+        committer.start()
+        await committer.submit(lambda _: 1, durable=False)
+        await asyncio.gather(committer.submit(lambda _: 2, durable=False), committer.submit(lambda _: 3))
+        await committer.submit(lambda _: 4)
+        await committer.close()
+    assert seen == [(1, False), (2, True), (1, True)]
+
+
+async def test_acks_commit_without_an_fsync_and_reports_with_one(store: Store) -> None:
+    """The delete of an acked report may be undone by a crash (the report is sent again and
+    found stale); a report may not. In WAL mode NORMAL is a commit that does not wait for the disk."""
+    def synchronous(conn: sqlite3.Connection) -> int:
+        return conn.execute("PRAGMA synchronous").fetchone()[0]
+
+    seq = await store.append_report("Dataset", "ns", "a", {"numberOfSamples": 1})
+    assert await store._read(synchronous) == 2  # FULL
+    assert await store.ack_one(seq)
+    assert await store._read(synchronous) == 1  # NORMAL
+    await store.append_report("Dataset", "ns", "a", {"numberOfSamples": 2})
+    assert await store._read(synchronous) == 2
 
 
 async def test_outbox_accounting_survives_cancelled_callers(store: Store) -> None:
