@@ -505,6 +505,8 @@ class Upgrade(asyncio.Protocol):
             return ws
         head.transport.set_protocol(ws)
         held, self._held = bytes(self._held), bytearray()
+        if len(held) > MAX_HEAD:
+            head.transport.resume_reading()  # paused while held: the socket reads on
         if held:
             ws.data_received(held)
         return ws

@@ -327,3 +327,25 @@ async def test_frames_sent_in_one_turn_of_the_loop_are_one_write_in_order() -> N
     assert transport.writes[2:] == [b"\x81\x01a\x88\x02\x03\xe8"]
     await asyncio.sleep(0)
     assert len(transport.writes) == 3
+
+
+async def test_frames_sent_before_the_answer_wait_in_tcp_and_are_read_once_accepted(rig: Rig) -> None:
+    decided = asyncio.Event()
+
+    async def slow(upgrade: Upgrade) -> None:
+        await decided.wait()
+        await rig.echo(upgrade)
+
+    rig.handler = slow
+    reader, writer = await rig.raw()
+    payload = b"y" * 900
+    writer.write(UPGRADE + b"".join(frame(0x2, payload) for _ in range(20)))  # ~18 KB: held
+    await asyncio.sleep(0.2)
+    writer.write(b"".join(frame(0x2, payload) for _ in range(20)))  # held too, over MAX_HEAD: reading pauses
+    await asyncio.sleep(0.2)
+    writer.write(b"".join(frame(0x2, payload) for _ in range(20)))  # waits in TCP
+    await asyncio.sleep(0.2)
+    decided.set()
+    assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 101 ")
+    for _ in range(60):
+        assert await asyncio.wait_for(read_frame(reader), 5) == (0x2, payload)
