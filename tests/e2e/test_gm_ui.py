@@ -31,6 +31,7 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-background-networking", "--disable-component-update", "--disable-sync")
 BROWSER_TIMEOUT = 90.0
 SCREENSHOT = ROOT / ".artifacts" / "ui.png"
+HISTORY_INTERVAL = 1.0  # seconds between a chart's points (gm/ui/history.py: 5 s): a second point sooner
 EXAMPLES = ("joint-inference-helmet-detection.yaml", "federated-learning-surface-defect.yaml",
             "multi-edge-inference-pedestrian-tracking.yaml")
 JOBS = {("JointInferenceService", "default/helmet-detection-inference-example"),
@@ -69,12 +70,13 @@ async def test_the_page_in_a_browser(start_gm, sedna_cluster, tmp_path: Path):
     browser = chromium_path()
     dc = sedna_cluster
     gm = await start_gm()
+    gm.status_page.history.min_interval = HISTORY_INTERVAL
     async with local_controllers(dc, tmp_path, gm.port) as ports:
         await eventually(lambda: set(gm.hub.connected_nodes()) == set(ports), within=10, message="every LC connected")
         dc.runtime.image_map.update(simulated_images(ports))
         for example in EXAMPLES:
             dc.apply_manifests(ROOT / "examples" / "upstream" / example)
-        # a point per 5 s at most (gm/ui/history.py): the JI's second comes after that
+        # a point per HISTORY_INTERVAL at most (gm/ui/history.py): the JI's second comes after that
         await eventually(lambda: charted(gm, "JointInferenceService", "helmet-detection-inference-example", 2)
                          and charted(gm, "FederatedLearningJob", "surface-defect-detection", 1)
                          and charted(gm, "ReidJob", "reid", 1), within=60, message="the jobs' reports charted")
