@@ -5,10 +5,10 @@ kube-scheduler, etcd and kwok of scripts/kube_real.py), each with the same three
 and `cloud-node`. The same test body runs on both; a difference fails one of the two ids.
 
 Registered for the whole suite by tests/conftest.py (`pytest_plugins`), so the conformance
-suite can use it too. Both clusters start once per pytest session and stop at the end of the
-session whatever the outcome (also on Ctrl-C or SIGTERM): the dev cluster on the first test that
-needs it, the real one at collection, in the background, while every test that needs it (they
-carry the `real_cluster` mark) is moved to the end of the run.
+suite can use it too. Both clusters start once per pytest session, at collection, in the
+background, and stop at the end of the session whatever the outcome (also on Ctrl-C or SIGTERM);
+the tests on them run last (the dev cluster's, then those with the `real_cluster` mark), so that
+the rest of the run overlaps their start.
 
 The real cluster: `make test` builds the binaries first (`make kube-build`). This fixture starts
 a cluster of its own in `.kube-test/<pid>/` (never the `make kube-up` one of `.kube-real/`),
@@ -29,6 +29,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -384,15 +385,24 @@ def _start(config, name: str, factory) -> _Starting:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """Start the real cluster now when a selected test needs it (see `_Starting`), and run those
-    tests last, so that the rest of the run overlaps its start. A test needs it when it carries
-    REAL_MARK: `target`'s "real", the conformance suite's "real" server, test_capture_diff."""
+    """Start the clusters now when a selected test needs them (see `_Starting`), and run those
+    tests last, so that the rest of the run overlaps their start. A test needs the real one when it
+    carries REAL_MARK (`target`'s "real", the conformance suite's "real" server, test_capture_diff),
+    the dev one when it runs on `target` "dev" (or asks for `dev_cluster`)."""
     def on_real(item) -> bool:
         return item.get_closest_marker(REAL_MARK) is not None
+
+    def on_dev(item) -> bool:
+        on_target = bool(getattr(item, "callspec", None)) and item.callspec.params.get("target") == "dev"
+        return not on_real(item) and (on_target or "dev_cluster" in item.fixturenames)
     real = [item for item in items if on_real(item)]
+    dev = [item for item in items if on_dev(item)]
+    items[:] = [item for item in items if not on_real(item) and not on_dev(item)] + dev + real
     if real:
-        items[:] = [item for item in items if not on_real(item)] + real
         _start(config, "real", real_cluster_processes)
+    if dev or any("dev_cluster" in item.fixturenames for item in real):
+        home = Path(tempfile.mkdtemp(prefix="sedna-tier-dev-"))
+        _start(config, "dev", lambda: _removed_after(home, dev_cluster_process(home)))
 
 
 def pytest_unconfigure(config) -> None:
@@ -405,8 +415,21 @@ def pytest_unconfigure(config) -> None:
         started.pop("sigterm").__exit__(None, None, None)
 
 
+@contextlib.contextmanager
+def _removed_after(home: Path, cluster: contextlib.AbstractContextManager[Cluster]) -> Iterator[Cluster]:
+    """`cluster`, then its home removed (unless SEDNA_KEEP_CLUSTER_LOGS is set, as the real
+    cluster's state): a temporary directory, as the cluster starts before any test's tmp_path."""
+    try:
+        with cluster as c:
+            yield c
+    finally:
+        if not os.environ.get("SEDNA_KEEP_CLUSTER_LOGS"):
+            shutil.rmtree(home, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def dev_cluster(request, tmp_path_factory) -> Cluster:
+    """The dev cluster, started at collection (pytest_collection_modifyitems) when a test needs it."""
     home = tmp_path_factory.mktemp("devcluster")
     return _start(request.config, "dev", lambda: dev_cluster_process(home)).get()
 
