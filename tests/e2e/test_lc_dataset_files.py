@@ -124,6 +124,7 @@ STUCK_THREAD = textwrap.dedent("""
     from lc import cli
     # a thread stuck in the kernel (a read from a hung network mount) is not joinable
     threading.Thread(target=threading.Event().wait, name="stuck-read").start()
+    cli.EXIT_GRACE = 0.5  # waited out for it (5 s by default)
     sys.exit(cli.main([]))
 """)
 
