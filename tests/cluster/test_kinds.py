@@ -29,6 +29,7 @@ NAMED_WORKERS = {"FeatureExtractionService", "ObjectSearchService", "ObjectTrack
                  "VideoAnalyticsJob"}
 
 CASES = [pytest.param(case, id=case.kind) for case in _cases()]
+POLL = 0.05  # seconds between a wait's reads: a few GETs each, cheap on either cluster
 
 
 def cr_gvr(case: KindCase) -> GVR:
@@ -120,14 +121,14 @@ async def test_kind(case: KindCase, target: Cluster, ns: str, gm, api):
 
     # children, owned by the CR
     found = await eventually(lambda: children(api, case, ns), f"the children of {case.kind}", within=WITHIN,
-                             interval=0.2)
+                             interval=POLL)
     for (plural, name), child in found.items():
         refs = [r for r in child["metadata"].get("ownerReferences") or () if r.get("controller")]
         assert refs == [{"apiVersion": apis.API_VERSION, "kind": case.kind, "name": cr_name(case),
                          "uid": uid, "controller": True, "blockOwnerDeletion": True}], (plural, name)
 
     # WORKER_NAME names the pod it is in
-    pods = await eventually(lambda: worker_pods(api, found, ns), "the worker pods", within=WITHIN, interval=0.2)
+    pods = await eventually(lambda: worker_pods(api, found, ns), "the worker pods", within=WITHIN, interval=POLL)
     names = {p["metadata"]["name"]: worker_name(p) for p in pods}
     if case.kind in NAMED_WORKERS:
         assert names and all(pod == name for pod, name in names.items()), names
@@ -138,7 +139,7 @@ async def test_kind(case: KindCase, target: Cluster, ns: str, gm, api):
     async def healthy() -> dict | None:
         status = await status_of(api, case, ns)
         return status if status.get("observedGeneration") == 1 and case.healthy(status) else None
-    await eventually(healthy, f"{case.kind} healthy with observedGeneration 1", within=WITHIN, interval=0.2)
+    await eventually(healthy, f"{case.kind} healthy with observedGeneration 1", within=WITHIN, interval=POLL)
     out = await target.kubectl("get", apis.require(case.kind).plural, "-n", ns)
     lines = out.splitlines()
     assert lines[0].split() == list(case.columns), lines[0]
@@ -155,7 +156,7 @@ async def test_kind(case: KindCase, target: Cluster, ns: str, gm, api):
         now = await read(api, CHILD_GVRS[plural], name, ns)
         return (now is not None and now["metadata"]["uid"] != before["metadata"]["uid"]
                 and not now["metadata"].get("deletionTimestamp"))
-    await eventually(replaced, f"{plural}/{name} recreated", within=WITHIN, interval=0.2)
+    await eventually(replaced, f"{plural}/{name} recreated", within=WITHIN, interval=POLL)
 
     # an edit reaches the workers
     await edit(api, case, ns, case.edit)
@@ -164,11 +165,11 @@ async def test_kind(case: KindCase, target: Cluster, ns: str, gm, api):
     async def shows_edit() -> bool:
         child = await read(api, CHILD_GVRS[eplural], ename, ns)
         return child is not None and not child["metadata"].get("deletionTimestamp") and case.edited(child)
-    await eventually(shows_edit, f"{eplural}/{ename} with the edit", within=WITHIN, interval=0.2)
+    await eventually(shows_edit, f"{eplural}/{ename} with the edit", within=WITHIN, interval=POLL)
 
     async def generation_2() -> bool:
         return (await status_of(api, case, ns)).get("observedGeneration") == 2
-    await eventually(generation_2, "observedGeneration 2", within=WITHIN, interval=0.2)
+    await eventually(generation_2, "observedGeneration 2", within=WITHIN, interval=POLL)
 
     # cascade: the cluster's garbage collector deletes the children of the deleted CR
     await api.delete(cr_gvr(case), cr_name(case), namespace=ns)
@@ -179,7 +180,7 @@ async def test_kind(case: KindCase, target: Cluster, ns: str, gm, api):
                 if await read(api, CHILD_GVRS[cplural], cname, ns) is not None:
                     return False
         return await read(api, cr_gvr(case), cr_name(case), ns) is None
-    await eventually(all_gone, f"the children of the deleted {case.kind} gone", within=WITHIN, interval=0.2)
+    await eventually(all_gone, f"the children of the deleted {case.kind} gone", within=WITHIN, interval=POLL)
     # ... and a late reconcile of the deleted CR's key creates nothing
     ctrl = next(c for c in gm.controllers.values() if c.kind == case.kind)
     await ctrl.reconcile(f"{ns}/{cr_name(case)}")
@@ -192,14 +193,14 @@ async def test_kind(case: KindCase, target: Cluster, ns: str, gm, api):
         conditions = (await status_of(api, case, ns)).get("conditions") or []
         return next((c for c in conditions if c.get("type") == case.failed_type and c.get("status") == "True"),
                     None)
-    cond = await eventually(failed, f"{case.failed_type} condition", within=WITHIN, interval=0.2)
+    cond = await eventually(failed, f"{case.failed_type} condition", within=WITHIN, interval=POLL)
     assert cond["reason"] == case.bad_reason and cond.get("message"), cond
 
     async def warned() -> bool:
         events = (await api.list(EVENTS, namespace=ns,
                                  field_selector=f"involvedObject.uid={bad['metadata']['uid']}"))["items"]
         return any(e["reason"] == case.bad_reason and e["type"] == "Warning" for e in events)
-    await eventually(warned, "the Warning event", within=WITHIN, interval=0.2)
+    await eventually(warned, "the Warning event", within=WITHIN, interval=POLL)
 
 
 def test_every_kind_with_workers_has_a_case():
