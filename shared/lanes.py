@@ -476,10 +476,6 @@ class Upgrade(asyncio.Protocol):
         return self.head.transport
 
     @property
-    def path(self) -> str:
-        return self.head.path
-
-    @property
     def answered(self) -> bool:
         return self._socket is not None
 
@@ -544,12 +540,10 @@ def raw_response(response: web.Response) -> bytes:
     """A small aiohttp response's bytes on the wire (an HTTPException is one), closing the
     connection after it."""
     body = response.body if isinstance(response.body, bytes) else b""
-    lines = [f"HTTP/1.1 {response.status} {response.reason}"]
-    for name, value in response.headers.items():
-        if name.lower() not in ("content-length", "connection", "transfer-encoding"):
-            lines.append(f"{name}: {value}")
-    lines += [f"Content-Length: {len(body)}", "Connection: close"]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+    headers = [(name, value) for name, value in response.headers.items()
+               if name.lower() not in ("content-type", "content-length", "connection", "transfer-encoding")]
+    return http_response(response.status, body, headers=headers, close=True,
+                         content_type=response.headers.get("Content-Type", "text/plain; charset=utf-8"))
 
 
 class WebSocketLane:

@@ -9,7 +9,8 @@ idle; `shared/lanes.py` hands it the connections whose request head asks for it.
 
 It speaks the part of aiohttp's `WebSocketResponse` interface a hub uses (`receive` with a
 timeout returning aiohttp's `WSMessage`, `send_bytes`, `send_str`, `ping`, `pong`, `close`,
-`close_code`, `ws_protocol`, `can_prepare` and `prepare`), so a session does not care which
+`close_code`, `ws_protocol` and `prepare`; the upgrade itself is checked by the lane that
+reads it), so a session does not care which
 of the two carries it. What it does not do: extensions (permessage-deflate is not offered),
 and it is a server only (it requires masked frames and sends unmasked ones).
 
@@ -33,7 +34,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from aiohttp import WSCloseCode, WSMessage, WSMsgType
-from aiohttp.web_ws import WebSocketReady
 
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 section 1.3
 READ_LIMIT = 1 << 16  # bytes of received messages waiting for `receive` before reading pauses
@@ -133,14 +133,6 @@ class ServerWebSocket(asyncio.Protocol):
     @property
     def close_code(self) -> int | None:
         return self._close_code
-
-    @property
-    def closed(self) -> bool:
-        return self._state >= CLOSING
-
-    def can_prepare(self, request: Any) -> WebSocketReady:
-        """The upgrade was checked by the lane that created this object (shared/lanes.py)."""
-        return WebSocketReady(self._state == HANDSHAKE, self.ws_protocol)
 
     async def prepare(self, request: Any) -> None:
         """Answer the upgrade with 101 and start reading frames."""

@@ -30,7 +30,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -40,6 +39,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from tests.starting import Starting
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE_REAL = ROOT / "scripts" / "kube_real.py"
@@ -333,38 +334,6 @@ def _check_nodes(c: Cluster) -> None:
 # -- fixtures -------------------------------------------------------------------------------------
 
 
-class _Starting:
-    """A cluster started in a thread of its own, so that its start (the real one: about 10 s, then
-    up to 30 s until its garbage collector knows the CRDs) overlaps the tests that run before it."""
-
-    def __init__(self, name: str, factory) -> None:
-        self.name, self._factory = name, factory
-        self._stack = contextlib.ExitStack()
-        self._cluster: Cluster | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=f"start-{name}-cluster", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._cluster = self._stack.enter_context(self._factory())
-        except BaseException as err:  # handed to the test that needs the cluster
-            self._error = err
-
-    def get(self) -> Cluster:
-        self._thread.join()
-        if isinstance(self._error, ClusterUnavailable):
-            pytest.fail(f"the {self.name} cluster of the cluster tier is not available: {self._error}", pytrace=False)
-        if self._error is not None:
-            raise self._error
-        assert self._cluster is not None
-        return self._cluster
-
-    def close(self) -> None:
-        self._thread.join()
-        self._stack.close()
-
-
 _STARTED = pytest.StashKey[dict]()
 
 
@@ -373,19 +342,21 @@ def pytest_configure(config) -> None:
     config.stash[_STARTED] = {}
 
 
-def _start(config, name: str, factory) -> _Starting:
+def _start(config, name: str, factory) -> Starting[Cluster]:
     started = config.stash[_STARTED]
     if name not in started:
         if name == "real" and "sigterm" not in started:
             started["sigterm"] = _sigterm_as_interrupt()
             started["sigterm"].__enter__()
-        started[name] = _Starting(name, factory)
+        # the real one: about 10 s, then up to 30 s until its garbage collector knows the CRDs
+        started[name] = Starting(f"the {name} cluster of the cluster tier", factory, ClusterUnavailable,
+                                 thread=f"start-{name}-cluster")
     return started[name]
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """Start the clusters now when a selected test needs them (see `_Starting`), and run those
+    """Start the clusters now when a selected test needs them (tests/starting.py), and run those
     tests last, so that the rest of the run overlaps their start. A test needs the real one when it
     carries REAL_MARK (`target`'s "real", the conformance suite's "real" server, test_capture_diff),
     the dev one when it runs on `target` "dev" (or asks for `dev_cluster`)."""

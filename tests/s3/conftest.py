@@ -4,10 +4,8 @@ test, and the LC's client signed with the server's identity."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
-import threading
 from collections.abc import AsyncIterator
 
 import pytest
@@ -15,6 +13,7 @@ from aiobotocore.session import get_session
 
 from lc.s3 import S3Client, S3Credential, S3Settings
 from tests.s3server import REGION, S3Endpoint, S3ServerUnavailable, seaweedfs
+from tests.starting import Starting
 
 # short timeouts and backoff so that failure tests end in seconds; small parts so that a few
 # hundred KiB already take several ranged GETs (multipart uploads need 5 MiB parts)
@@ -22,43 +21,15 @@ FAST = S3Settings(connect_timeout=2, read_timeout=2, request_timeout=5, attempts
                   backoff_base=0.05, backoff_max=0.2, part_bytes=64 * 1024)
 
 
-class _Starting:
-    """The server started in a thread of its own at collection (it takes some 3 s idle, over 10 s
-    on a busy machine), so that its start overlaps the tests that run before the first S3 test."""
-
-    def __init__(self) -> None:
-        self._stack = contextlib.ExitStack()
-        self._endpoint: S3Endpoint | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="start-s3-server", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._endpoint = self._stack.enter_context(seaweedfs(keep_logs=bool(os.environ.get("SEDNA_KEEP_S3_LOGS"))))
-        except BaseException as err:  # handed to the first test that needs the server
-            self._error = err
-
-    def get(self) -> S3Endpoint:
-        self._thread.join()
-        if isinstance(self._error, S3ServerUnavailable):
-            pytest.fail(f"the S3 test server is not available: {self._error}", pytrace=False)
-        if self._error is not None:
-            raise self._error
-        assert self._endpoint is not None
-        return self._endpoint
-
-    def close(self) -> None:
-        self._thread.join()
-        self._stack.close()
+_STARTED = pytest.StashKey[Starting[S3Endpoint]]()
 
 
-_STARTED = pytest.StashKey[_Starting]()
-
-
-def _start(config: pytest.Config) -> _Starting:
+def _start(config: pytest.Config) -> Starting[S3Endpoint]:
+    """The server, started in the background (some 3 s idle, over 10 s on a busy machine)."""
     if _STARTED not in config.stash:
-        config.stash[_STARTED] = _Starting()
+        keep_logs = bool(os.environ.get("SEDNA_KEEP_S3_LOGS"))
+        config.stash[_STARTED] = Starting("the S3 test server", lambda: seaweedfs(keep_logs=keep_logs),
+                                          S3ServerUnavailable, thread="start-s3-server")
     return config.stash[_STARTED]
 
 

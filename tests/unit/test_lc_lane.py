@@ -16,6 +16,7 @@ import pytest
 
 from lc.app import LocalController
 from shared.metrics import render
+from tests.conftest import eventually
 from tests.scrape import value
 from tests.unit.test_lc_api import JI_STATS, OK
 from tests.unit.test_lc_support import running_lc
@@ -137,20 +138,13 @@ async def test_a_client_gone_mid_body_is_counted_and_gives_its_budget_back(lc: t
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(post(length=len(BODY) + 10))
     await writer.drain()
-    assert controller._lane is not None
-    for _ in range(100):
-        if controller._lane.budget.used:
-            break
-        await asyncio.sleep(0.01)
-    assert controller._lane.budget.used == len(BODY) + 10
+    lane = controller._lane
+    assert lane is not None
+    await eventually(lambda: lane.budget.used == len(BODY) + 10, "the declared length taken from the budget")
     sock = writer.get_extra_info("socket")
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset, not a FIN
     writer.transport.abort()
-    for _ in range(100):
-        if not controller._lane.budget.used:
-            break
-        await asyncio.sleep(0.01)
-    assert controller._lane.budget.used == 0
+    await eventually(lambda: lane.budget.used == 0, "the budget given back")
     assert value(render(controller.metrics.registry).decode(), "sedna_lc_clients_gone_total") == 1
 
 
@@ -171,11 +165,9 @@ async def test_a_budget_without_room_leaves_the_report_to_the_route(tmp_path: Pa
         _, holder = await asyncio.open_connection("127.0.0.1", controller.port)
         holder.write(post(length=(1 << 20) - 10))  # the rest of its body is still to come
         await holder.drain()
-        assert controller._lane is not None
-        for _ in range(100):
-            if controller._lane.budget.used:
-                break
-            await asyncio.sleep(0.01)
+        lane = controller._lane
+        assert lane is not None
+        await eventually(lambda: lane.budget.used, "the holder's length taken from the budget")
         reader, writer = await asyncio.open_connection("127.0.0.1", controller.port)
         writer.write(post())
         status, headers, _ = await answer(reader)

@@ -16,6 +16,7 @@ from aiohttp import WSMsgType, web
 from shared.lanes import MAX_HEAD, LaneSite, Upgrade, WebSocketLane
 from shared.server_limits import ServerLimits, guarded_runner
 from shared.websocket import READ_LIMIT, ServerWebSocket, accept_key
+from tests.conftest import eventually
 
 KEY = "dGhlIHNhbXBsZSBub25jZQ=="
 UPGRADE = (f"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -33,6 +34,7 @@ class Rig:
         self.sockets: list[ServerWebSocket] = []
         self.received: list[Any] = []
         self.port = 0
+        self.server: Any = None  # the guarded aiohttp server: its per-client counts
 
     async def echo(self, upgrade: Upgrade) -> None:
         assert upgrade.upgradable()
@@ -84,6 +86,7 @@ async def rig() -> AsyncIterator[Rig]:
     site = LaneSite(runner, "127.0.0.1", 0, lanes=[lane])
     await site.start()
     rig.port = runner.addresses[0][1]
+    rig.server = runner.server
     yield rig
     await lane.close()
     await runner.cleanup()
@@ -244,21 +247,19 @@ async def test_reading_pauses_while_the_handler_does_not_take_messages(rig: Rig)
         writer.write(frame(0x2, b"z" * (READ_LIMIT // 2)))
     await writer.drain()
     ws = rig.sockets[0]
-    async with asyncio.timeout(5):
-        while not ws._paused:  # noqa: ASYNC110 (no event tells it)
-            await asyncio.sleep(0.01)
+    await eventually(lambda: ws._paused, "reading paused")
     assert ws._queued <= READ_LIMIT + READ_LIMIT // 2 + 64
     taken.set()
-    async with asyncio.timeout(5):
-        while ws._paused:  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
+    await eventually(lambda: not ws._paused, "reading resumed")
 
 
 async def test_a_client_gone_before_the_answer_is_a_connection_error_at_prepare(rig: Rig) -> None:
     outcome: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
     decided = asyncio.Event()
+    taken: asyncio.Future[Upgrade] = asyncio.get_running_loop().create_future()
 
     async def late(upgrade: Upgrade) -> None:
+        taken.set_result(upgrade)
         await decided.wait()
         ws = upgrade.websocket()
         try:
@@ -271,10 +272,9 @@ async def test_a_client_gone_before_the_answer_is_a_connection_error_at_prepare(
     rig.handler = late
     reader, writer = await rig.raw()
     writer.write(UPGRADE)
-    await writer.drain()
-    await asyncio.sleep(0.1)
+    upgrade = await asyncio.wait_for(taken, 5)
     writer.transport.abort()
-    await asyncio.sleep(0.1)
+    await eventually(lambda: upgrade._lost, "the client's leaving seen")
     decided.set()
     assert isinstance(await asyncio.wait_for(outcome, 5), ConnectionResetError)
 
@@ -291,8 +291,8 @@ async def test_lane_connections_count_towards_the_per_client_cap(rig: Rig) -> No
     assert await asyncio.wait_for(reader.read(), 3) == b""  # closed at accept
     _, first = held.pop()
     first.write(frame(0x8, struct.pack("!H", 1000)))
-    await asyncio.sleep(0.2)
-    await rig.upgraded()  # a place again
+    await eventually(lambda: rig.server.connections_from("127.0.0.1") < 4, "a place again")
+    await rig.upgraded()
 
 
 class _Recording:
@@ -331,20 +331,24 @@ async def test_frames_sent_in_one_turn_of_the_loop_are_one_write_in_order() -> N
 
 async def test_frames_sent_before_the_answer_wait_in_tcp_and_are_read_once_accepted(rig: Rig) -> None:
     decided = asyncio.Event()
+    taken: asyncio.Future[Upgrade] = asyncio.get_running_loop().create_future()
 
     async def slow(upgrade: Upgrade) -> None:
+        taken.set_result(upgrade)
         await decided.wait()
         await rig.echo(upgrade)
 
     rig.handler = slow
     reader, writer = await rig.raw()
     payload = b"y" * 900
-    writer.write(UPGRADE + b"".join(frame(0x2, payload) for _ in range(20)))  # ~18 KB: held
-    await asyncio.sleep(0.2)
-    writer.write(b"".join(frame(0x2, payload) for _ in range(20)))  # held too, over MAX_HEAD: reading pauses
-    await asyncio.sleep(0.2)
-    writer.write(b"".join(frame(0x2, payload) for _ in range(20)))  # waits in TCP
-    await asyncio.sleep(0.2)
+    chunk = b"".join(frame(0x2, payload) for _ in range(20))  # ~18 KB
+    writer.write(UPGRADE + chunk)  # held
+    upgrade = await asyncio.wait_for(taken, 5)
+    await eventually(lambda: len(upgrade._held) == len(chunk), "the first frames held")
+    writer.write(chunk)  # held too, over MAX_HEAD: reading pauses
+    await eventually(lambda: len(upgrade._held) == 2 * len(chunk), "the next frames held")
+    writer.write(chunk)  # waits in TCP
+    await writer.drain()
     decided.set()
     assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 101 ")
     for _ in range(60):
