@@ -260,8 +260,8 @@ class GlobalManager:
         self._runner = guarded_runner(self.app, handle_signals=False, access_log=None,
                                       error_response=error_response)
         await self._runner.setup()
-        # a deep accept queue: after a GM restart every LC of the fleet dials at once
-        # LC sessions skip aiohttp (gm/edge/site.py): a hub holds tens of thousands of them
+        # LC sessions skip aiohttp, and a deep accept queue takes a fleet dialling at once after a
+        # GM restart (gm/edge/site.py)
         assert self.hub is not None
         site, self._lane = await serve_hub(self._runner, self.hub, self.config.websocket.address,
                                            self.config.websocket.port, entry=self._hub_entry,
