@@ -10,11 +10,13 @@ Why SQLite and how it is used:
   also deletes the older rows of that key, which the link did not send (they changed
   nothing the newest one does not overwrite), in the same transaction.
 - journal_mode=WAL with synchronous=FULL by default: a worker is answered 200 only after
-  its report is committed, and FULL makes a commit survive power loss, not just a process
-  crash (NORMAL in WAL mode may lose the last commits on power failure). Edge nodes lose
-  power; group commit (lc/groupcommit.py) shares one fsync among all reports that
-  arrive together, so FULL costs little throughput. LC_DB_SYNCHRONOUS=NORMAL trades that
-  guarantee for latency.
+  its report is committed and on disk, so it survives power loss, not just a process crash
+  (NORMAL in WAL mode may lose the last commits on power failure). Edge nodes lose power.
+  Group commit (lc/groupcommit.py) shares one fsync among all reports that arrive
+  together, and the fsync runs on a thread of its own: the connection commits without
+  waiting for the disk and the write-ahead log is fsynced once for every batch committed
+  meanwhile, before any of them is answered (or sent to the GM). LC_DB_SYNCHRONOUS=NORMAL
+  trades the guarantee for latency.
 - The outbox is bounded in bytes (`StoreBounds.outbox_bytes`): its rows are accepted
   reports that must not be lost, so a worker report that would take it over the cap is
   refused (the API answers 503) and nothing old is dropped for it, except reports that a

@@ -1,17 +1,17 @@
 """`Store`: the async API over the SQLite file. Every call runs on one dedicated thread with its
-own connection; writes are grouped into one transaction per batch (lc/groupcommit.py), each in
-a savepoint of its own; counters the LC reads often (the outbox's size and last seq, the dead
+own connection; writes are grouped into one transaction per batch (lc/groupcommit.py), a
+failing one undone alone (a savepoint each, once one failed); counters the LC reads often (the outbox's size and last seq, the dead
 letters by reason, what the caps dropped) are kept here as commits land."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sqlite3
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
@@ -62,21 +62,25 @@ DEFAULT_BOUNDS = StoreBounds()
 class Store:
     """Async facade over the SQLite file; open with `await Store.open(path)`."""
 
-    def __init__(self, path: str, executor: ThreadPoolExecutor, conn: sqlite3.Connection,
-                 *, observe: BatchObserver | None, bounds: StoreBounds = DEFAULT_BOUNDS,
-                 clock: Callable[[], float] = time.time, synchronous: str = "FULL") -> None:
+    def __init__(self, path: str, *, observe: BatchObserver | None,
+                 bounds: StoreBounds = DEFAULT_BOUNDS, clock: Callable[[], float] = time.time,
+                 synchronous: str = "FULL") -> None:
         self.path = path
-        # DB thread: the connection's synchronous setting now, and what a batch that need not
-        # be durable commits with (in WAL mode NORMAL does not wait for the disk)
-        self._sync_now = self._sync_durable = synchronous.upper()
-        self._sync_lazy = "NORMAL" if self._sync_durable in ("FULL", "EXTRA") else self._sync_durable
+        # FULL (or EXTRA): a durable write is answered once the write-ahead log holding it is
+        # fsynced. Every commit runs with NORMAL (in WAL mode: it does not wait for the disk)
+        # and the group committer's sync thread fsyncs the log (`_sync_wal`), once for every
+        # batch that committed meanwhile. NORMAL or OFF: as configured, no fsync of our own.
+        mode = synchronous.upper()
+        self._deferred_sync = mode in ("FULL", "EXTRA")
+        self._synchronous = "NORMAL" if self._deferred_sync else mode
+        self._wal_fd: int | None = None  # sync thread only
+        self.syncs = 0  # fsyncs of the log so far (for tests)
         self.bounds = bounds
         self.clock = clock  # wall-clock seconds: what received_at and the TTLs count in
-        self._executor = executor
-        self._conn = conn
+        self._conn: sqlite3.Connection  # DB thread only, from open() on
         self._observe = observe
-        self._committer = GroupCommitter(self._run_batch, executor,
-                                         observe=self._batch_committed)
+        self._committer = GroupCommitter(self._run_batch, observe=self._batch_committed,
+                                         sync=self._sync_wal if self._deferred_sync else None)
         self._outbox_grew = asyncio.Event()  # set and cleared at once as entries commit
         self._outbox_size = 0
         self._last_seq = 0
@@ -85,9 +89,9 @@ class Store:
         self._dropped: Counter[str] = Counter()  # records dropped by a cap, since open
         # DB thread only, within one batch: the worker records it wrote (key -> received_at)
         self._written: dict[tuple[str, str], float] = {}
-        # Written by the DB thread once its batch committed, read by _batch_committed on the
-        # loop after that batch's future resolved (one batch at a time): what its sweep dropped.
-        self._swept: Counter[str] = Counter()
+        # Appended by the DB thread once a batch committed, emptied by _batch_committed on the
+        # loop: what each batch's sweep dropped.
+        self._swept: deque[Counter[str]] = deque()
         self._open = True
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -98,17 +102,15 @@ class Store:
                    clock: Callable[[], float] = time.time) -> Store:
         """Open (creating if needed) and check the database, and bring it within `bounds`;
         raise a StoreError if unusable."""
-        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lc-store")
-        loop = asyncio.get_running_loop()
+        store = cls(path, observe=observe, bounds=bounds, clock=clock, synchronous=synchronous)
+        store._committer.start()
         try:
-            conn = await loop.run_in_executor(executor, connect, path, synchronous)
+            store._conn = await store._committer.call(connect, path, store._synchronous)
         except BaseException:
-            executor.shutdown(wait=False)
+            await store._committer.close()
             raise
-        store = cls(path, executor, conn, observe=observe, bounds=bounds, clock=clock, synchronous=synchronous)
         store._outbox_size, store._last_seq = await store._read(outbox_counts)
         store.outbox_epoch = await store._read(outbox_epoch)
-        store._committer.start()
         try:
             await store._trim()  # a database written under other bounds, or long idle
         except BaseException:
@@ -125,10 +127,13 @@ class Store:
         if not self._open:
             return
         self._open = False
-        await self._committer.close()
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._conn.close)
-        self._executor.shutdown(wait=True)
+        try:
+            await self._committer.call(self._conn.close)  # after every write already submitted
+        finally:
+            await self._committer.close()
+            if self._wal_fd is not None:
+                os.close(self._wal_fd)
+                self._wal_fd = None
 
     async def ping(self) -> None:
         """Round-trip a trivial query through the DB thread (readiness)."""
@@ -197,10 +202,13 @@ class Store:
         self._outbox_size -= deleted
 
     async def pending(self, after_seq: int = 0, limit: int = 100) -> list[OutboxEntry]:
-        """Unacked entries with seq > after_seq, oldest first."""
+        """Unacked entries with seq > after_seq, oldest first; only those whose commit was
+        settled (on disk, with a durable setting): a report is not sent before it is kept."""
+        horizon = self._last_seq
         rows = await self._read(lambda c: c.execute(
             "SELECT seq, kind, namespace, name, body, created_at, fold FROM lc_outbox "
-            "WHERE seq > ? ORDER BY seq LIMIT ?", (after_seq, limit)).fetchall())
+            "WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
+            (after_seq, horizon, limit)).fetchall())
         return [OutboxEntry(r[0], r[1], r[2], r[3], orjson.loads(r[4]), r[5], r[6]) for r in rows]
 
     async def ack(self, upto: int) -> int:
@@ -494,23 +502,29 @@ class Store:
     async def _read(self, fn: Op) -> Any:
         if not self._open:
             raise StoreClosedError("store is closed")
-        loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._executor, fn, self._conn)
+            return await self._committer.call(fn, self._conn)
         except sqlite3.Error as exc:
             raise StoreError(f"read failed: {exc}") from None
 
-    def _run_batch(self, ops: list[Op], durable: bool = True) -> list[Any]:
-        """One transaction, then the worker records' housekeeping for all of its ops (`_sweep`).
+    def _sync_wal(self) -> None:
+        """Sync thread: make every commit so far durable. A commit in WAL mode is frames
+        written to the -wal file; an fsync of that file (its header too) puts them on disk,
+        which is what synchronous=FULL does after each commit. SQLite keeps the file (the
+        same inode) while its connection is open, and syncs it itself before a checkpoint."""
+        if self._wal_fd is None:
+            self._wal_fd = os.open(self.path + "-wal", os.O_RDONLY | os.O_CLOEXEC)
+        os.fsync(self._wal_fd)
+        self.syncs += 1
+
+    def _run_batch(self, ops: list[Op]) -> list[Any]:
+        """One transaction (committed as the connection is set up to; `_sync_wal` makes it
+        durable), then the worker records' housekeeping for all of its ops (`_sweep`).
 
         One failing op spares the others: the ops run back to back first, and if one fails,
         the transaction is rolled back and run again with each op in a savepoint, where a
         failure undoes that op alone. Ops only read and write the connection (and note what
         they wrote in `_written`), so running one twice is running it once."""
-        sync = self._sync_durable if durable else self._sync_lazy
-        if sync != self._sync_now:
-            self._conn.execute(f"PRAGMA synchronous = {sync}")
-            self._sync_now = sync
         try:
             try:
                 results, swept = self._transaction(ops, isolated=False)
@@ -521,8 +535,8 @@ class Store:
             self._written.clear()
         if isinstance(swept, StoreError):  # the reports stand; the next batch sweeps again
             log.error("store housekeeping failed", extra=kv(error=str(swept)))
-        else:
-            self._swept = swept
+        elif swept:
+            self._swept.append(swept)
         return results
 
     def _transaction(self, ops: list[Op], *, isolated: bool) -> tuple[list[Any], Any]:
@@ -555,9 +569,8 @@ class Store:
     def _batch_committed(self, size: int, seconds: float) -> None:
         """Group-commit observer (on the loop, after each committed batch): count what its
         sweep dropped, then tell the caller's observer."""
-        if self._swept:
-            swept, self._swept = self._swept, Counter()
-            self._dropped.update(swept)
+        while self._swept:
+            self._dropped.update(self._swept.popleft())
         if self._observe is not None:
             self._observe(size, seconds)
 

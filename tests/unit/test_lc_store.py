@@ -9,7 +9,6 @@ import sqlite3
 import sys
 import threading
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import aiohttp
@@ -26,6 +25,7 @@ from lc.errors import (
 from lc.groupcommit import GroupCommitter
 from lc.store.facade import Store
 from lc.store.schema import SCHEMA_VERSION
+from tests.conftest import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -273,56 +273,120 @@ async def test_group_committer_refuses_beyond_its_backlog() -> None:
     started, gate = threading.Event(), threading.Event()
     batches: list[int] = []
 
-    def run_batch(ops: list, durable: bool) -> list:
+    def run_batch(ops: list) -> list:
         started.set()
         gate.wait(5)
         batches.append(len(ops))
         return [op(None) for op in ops]
 
-    with ThreadPoolExecutor(max_workers=1) as executor:
-        committer = GroupCommitter(run_batch, executor, max_waiting=2)
-        committer.start()
-        first = asyncio.create_task(committer.submit(lambda _: "a"))
-        assert await asyncio.to_thread(started.wait, 5)  # "a" is now in a running commit
-        queued = [asyncio.create_task(committer.submit(lambda _, i=i: i)) for i in range(2)]
-        await asyncio.sleep(0)
-        with pytest.raises(StoreBusyError, match="2 writes already wait for a commit"):
-            await committer.submit(lambda _: "too many")
-        gate.set()
-        assert [await first, *[await q for q in queued]] == ["a", 0, 1]
-        await committer.close()
+    committer = GroupCommitter(run_batch, max_waiting=2)
+    committer.start()
+    first = asyncio.create_task(committer.submit(lambda _: "a"))
+    assert await asyncio.to_thread(started.wait, 5)  # "a" is now in a running commit
+    queued = [asyncio.create_task(committer.submit(lambda _, i=i: i)) for i in range(2)]
+    await asyncio.sleep(0)
+    with pytest.raises(StoreBusyError, match="2 writes already wait for a commit"):
+        await committer.submit(lambda _: "too many")
+    gate.set()
+    assert [await first, *[await q for q in queued]] == ["a", 0, 1]
+    await committer.close()
     assert batches == [1, 2]
 
 
 async def test_a_batch_waits_for_the_disk_only_when_one_of_its_writes_must_be_durable() -> None:
-    seen: list[tuple[int, bool]] = []
+    seen: list[tuple[str, int]] = []
+    started, gate = threading.Event(), threading.Event()
 
-    def run_batch(ops: list, durable: bool) -> list:
-        seen.append((len(ops), durable))
+    def run_batch(ops: list) -> list:
+        started.set()
+        gate.wait(5)
+        seen.append(("batch", len(ops)))
         return [op(None) for op in ops]
 
-    with ThreadPoolExecutor(max_workers=1) as executor:
-        committer = GroupCommitter(run_batch, executor)
-        committer.start()
-        await committer.submit(lambda _: 1, durable=False)
-        await asyncio.gather(committer.submit(lambda _: 2, durable=False), committer.submit(lambda _: 3))
-        await committer.submit(lambda _: 4)
-        await committer.close()
-    assert seen == [(1, False), (2, True), (1, True)]
+    committer = GroupCommitter(run_batch, sync=lambda: seen.append(("sync", 0)))
+    committer.start()
+    gate.set()
+    await committer.submit(lambda _: 1, durable=False)
+    gate.clear()  # the next batch is held until 2 and 3 wait behind it
+    started.clear()
+    held = asyncio.create_task(committer.submit(lambda _: "held", durable=False))
+    assert await asyncio.to_thread(started.wait, 5)
+    both = asyncio.gather(committer.submit(lambda _: 2, durable=False), committer.submit(lambda _: 3))
+    await asyncio.sleep(0)
+    gate.set()
+    assert await held == "held" and await both == [2, 3]
+    await committer.submit(lambda _: 4)
+    await committer.close()
+    assert seen == [("batch", 1), ("batch", 1), ("batch", 2), ("sync", 0), ("batch", 1), ("sync", 0)]
+
+
+async def test_a_durable_write_is_answered_only_after_the_sync_that_covers_it() -> None:
+    """The DB thread commits the next batch while the sync of the last one runs; a caller is
+    answered once a sync begun after its commit returned, batches in commit order."""
+    syncing, release = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def sync() -> None:
+        order.append("sync")
+        syncing.set()
+        release.wait(5)
+
+    committer = GroupCommitter(lambda ops: [op(None) for op in ops], sync=sync)
+    committer.start()
+    first = asyncio.create_task(committer.submit(lambda _: order.append("a") or "a"))
+    assert await asyncio.to_thread(syncing.wait, 5)
+    second = asyncio.create_task(committer.submit(lambda _: order.append("b") or "b"))
+    await eventually(lambda: "b" in order)  # committed while "a" is being synced
+    ack = await committer.submit(lambda _: order.append("ack") or "ack", durable=False)
+    assert ack == "ack"  # not durable: answered at its commit, while "a" still waits for the disk
+    assert not first.done() and not second.done()
+    assert order == ["a", "sync", "b", "ack"]
+    release.set()
+    assert await first == "a" and await second == "b"
+    await committer.close()
+    assert order == ["a", "sync", "b", "ack", "sync"]
+
+
+@pytest.mark.expect_log_errors(r"store sync failed")
+async def test_a_failed_sync_fails_its_callers_but_counts_what_committed() -> None:
+    committed: list[str] = []
+
+    def sync() -> None:
+        raise OSError(5, "Input/output error")
+
+    committer = GroupCommitter(lambda ops: [op(None) for op in ops], sync=sync)
+    committer.start()
+    with pytest.raises(StoreError, match="not known to be on disk: .*Input/output error"):
+        await committer.submit(lambda _: "x", on_commit=committed.append)
+    assert committed == ["x"]  # it is in the database: the outbox counts must say so
+    assert await committer.submit(lambda _: "y", durable=False) == "y"
+    await committer.close()
 
 
 async def test_acks_commit_without_an_fsync_and_reports_with_one(store: Store) -> None:
     """The delete of an acked report may be undone by a crash (the report is sent again and
-    found stale); a report may not. In WAL mode NORMAL is a commit that does not wait for the disk."""
+    found stale); a report may not. Every commit runs with NORMAL (in WAL mode it does not
+    wait for the disk); a report's batch is answered after an fsync of the log."""
     def synchronous(conn: sqlite3.Connection) -> int:
         return conn.execute("PRAGMA synchronous").fetchone()[0]
 
-    seq = await store.append_report("Dataset", "ns", "a", {"numberOfSamples": 1})
-    assert await store._read(synchronous) == 2  # FULL
-    assert await store.ack_one(seq)
     assert await store._read(synchronous) == 1  # NORMAL
+    syncs = store.syncs
+    seq = await store.append_report("Dataset", "ns", "a", {"numberOfSamples": 1})
+    assert store.syncs == syncs + 1
+    assert await store.ack_one(seq)
+    assert store.syncs == syncs + 1
     await store.append_report("Dataset", "ns", "a", {"numberOfSamples": 2})
-    assert await store._read(synchronous) == 2
+    assert store.syncs == syncs + 2
+
+
+async def test_with_normal_the_store_never_syncs_itself(tmp_path) -> None:
+    store = await Store.open(str(tmp_path / "lc.db"), synchronous="NORMAL")
+    try:
+        await store.append_report("Dataset", "ns", "a", {"numberOfSamples": 1})
+        assert store.syncs == 0
+    finally:
+        await store.close()
 
 
 async def test_outbox_accounting_survives_cancelled_callers(store: Store) -> None:
