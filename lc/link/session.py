@@ -480,10 +480,11 @@ class Session:
     def _settle(self, acks: list[Ack]) -> Awaitable[list[Any]]:
         """Delete applied reports, move refused ones to the dead letters, each with the older
         reports it covered (same fold key): one transaction."""
-        return asyncio.gather(*(
-            self._store.ack_one(seq, fold=fold) if error is None
-            else self._store.dead_letter(seq, reason="refused", error=error, fold=fold)
-            for seq, error, fold in acks))
+        applied = [(seq, fold) for seq, error, fold in acks if error is None]
+        return asyncio.gather(
+            *([self._store.ack_many(applied)] if applied else []),
+            *(self._store.dead_letter(seq, reason="refused", error=error, fold=fold)
+              for seq, error, fold in acks if error is not None))
 
     async def _delete_acked(self, acks: list[Ack]) -> None:
         """Settle acked reports; concurrent writes share one group-commit transaction."""

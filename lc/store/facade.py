@@ -11,7 +11,7 @@ import os
 import sqlite3
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -32,18 +32,19 @@ from lc.store.deadletters import (
 from lc.store.outbox import (
     Appended,
     OutboxEntry,
+    OutboxTail,
+    Row,
     append_rows,
-    check_room,
     compact_outbox,
     delete_covered,
     outbox_counts,
     outbox_epoch,
     outbox_row,
 )
+from lc.store.reportwrite import ReportWrite
 from lc.store.schema import connect
 from lc.store.workers import (
     LIVE,
-    UPSERT_WORKER,
     WORKER_COLUMNS,
     ListedWorker,
     WorkerRecord,
@@ -82,6 +83,7 @@ class Store:
         self._committer = GroupCommitter(self._run_batch, observe=self._batch_committed,
                                          sync=self._sync_wal if self._deferred_sync else None)
         self._outbox_grew = asyncio.Event()  # set and cleared at once as entries commit
+        self._tail = OutboxTail()
         self._outbox_size = 0
         self._last_seq = 0
         self.outbox_epoch = ""  # set at open, see lc/store/outbox.py outbox_epoch
@@ -110,6 +112,7 @@ class Store:
             await store._committer.close()
             raise
         store._outbox_size, store._last_seq = await store._read(outbox_counts)
+        store._tail.restart(store._last_seq)
         store.outbox_epoch = await store._read(outbox_epoch)
         try:
             await store._trim()  # a database written under other bounds, or long idle
@@ -127,6 +130,7 @@ class Store:
         if not self._open:
             return
         self._open = False
+        self._tail.restart(-1)
         try:
             await self._committer.call(self._conn.close)  # after every write already submitted
         finally:
@@ -162,7 +166,7 @@ class Store:
         rows = [outbox_row(kind, namespace, name, body, source)]
         cap = self.bounds.outbox_bytes
         appended = await self.write(lambda c: append_rows(c, rows, cap=cap),
-                                    on_commit=self._published)
+                                    on_commit=lambda a: self._published(a, rows))
         return appended.seqs[0]
 
     async def outbox_bytes(self) -> int:
@@ -185,8 +189,9 @@ class Store:
             raise StoreClosedError("store is closed")
         return await self._committer.submit(op, on_commit=on_commit, durable=durable)
 
-    def _published(self, appended: Appended) -> None:
-        """Account for committed outbox rows and wake whoever waits for them."""
+    def _published(self, appended: Appended, rows: list[Row]) -> None:
+        """Account for committed (and settled) outbox rows, keep them in the tail and wake
+        whoever waits for them."""
         if appended.compacted:
             self._outbox_size -= appended.compacted
             self._dropped["outbox_covered"] += appended.compacted
@@ -194,6 +199,10 @@ class Store:
         if not seqs:
             return
         self._outbox_size += len(seqs)
+        if appended.compacted:  # which rows went is not known here: the tail starts again
+            self._tail.restart(max(self._last_seq, seqs[-1]))
+        else:
+            self._tail.extend(seqs, rows, appended.created_at, self._last_seq)
         self._last_seq = max(self._last_seq, seqs[-1])
         self._outbox_grew.set()  # wakes who waits now; wait_outbox checks _last_seq again
         self._outbox_grew.clear()
@@ -203,7 +212,14 @@ class Store:
 
     async def pending(self, after_seq: int = 0, limit: int = 100) -> list[OutboxEntry]:
         """Unacked entries with seq > after_seq, oldest first; only those whose commit was
-        settled (on disk, with a durable setting): a report is not sent before it is kept."""
+        settled (on disk, with a durable setting): a report is not sent before it is kept.
+        From memory when the tail holds every entry after `after_seq` (the link following
+        the outbox), else read from the database."""
+        if not self._open:
+            raise StoreClosedError("store is closed")
+        served = self._tail.after(after_seq, limit)
+        if served is not None:
+            return served
         horizon = self._last_seq
         rows = await self._read(lambda c: c.execute(
             "SELECT seq, kind, namespace, name, body, created_at, fold FROM lc_outbox "
@@ -213,20 +229,37 @@ class Store:
 
     async def ack(self, upto: int) -> int:
         """Drop every entry with seq <= upto (cumulative ack); returns how many went."""
+        def committed(deleted: int) -> None:
+            self._acked(deleted)
+            self._tail.forget_upto(upto)
+
         return await self.write(
             lambda c: c.execute("DELETE FROM lc_outbox WHERE seq <= ?", (upto,)).rowcount,
-            on_commit=self._acked, durable=False)
+            on_commit=committed, durable=False)
 
     async def ack_one(self, seq: int, *, fold: str | None = None) -> bool:
         """Drop the entry `seq` and, with its `fold` key, every older entry of that key (it
         covered them); True if `seq` was there."""
+        return (await self.ack_many([(seq, fold)]))[0]
 
-        def op(conn: sqlite3.Connection) -> tuple[int, int]:
-            mine = conn.execute("DELETE FROM lc_outbox WHERE seq = ?", (seq,)).rowcount
-            return mine, delete_covered(conn, seq, fold)
+    async def ack_many(self, acks: list[tuple[int, str | None]]) -> list[bool]:
+        """`ack_one` for each (seq, fold) of `acks`, in one write; per ack, whether its
+        entry was there."""
+        def op(conn: sqlite3.Connection) -> tuple[list[bool], int]:
+            found, deleted = [], 0
+            for seq, fold in acks:
+                mine = conn.execute("DELETE FROM lc_outbox WHERE seq = ?", (seq,)).rowcount
+                found.append(mine == 1)
+                deleted += mine + delete_covered(conn, seq, fold)
+            return found, deleted
 
-        mine, _ = await self.write(op, on_commit=lambda r: self._acked(r[0] + r[1]), durable=False)
-        return mine == 1
+        def committed(result: tuple[list[bool], int]) -> None:
+            self._acked(result[1])
+            for seq, fold in acks:
+                self._tail.forget(seq, fold)
+
+        found, _ = await self.write(op, on_commit=committed, durable=False)
+        return found
 
     async def wait_outbox(self, after_seq: int, within: float | None = None) -> bool:
         """Wait up to `within` seconds for an entry with seq > after_seq; False if none came."""
@@ -276,6 +309,7 @@ class Store:
 
         def committed(result: tuple[int, int, Counter[str], dict[str, int]]) -> None:
             self._acked(result[0] + result[1])
+            self._tail.forget(seq, fold)
             self._dropped.update(result[2])
             self._dead_counts = result[3]
 
@@ -330,17 +364,10 @@ class Store:
         entries would take the outbox over its cap."""
         rows = [outbox_row(k, ns, n, body, report["name"]) for k, ns, n, body in entries]
         text, size = encode_sized(report)
-        cap, now = self.bounds.outbox_bytes, self.clock()
-        key = (report["namespace"], report["name"])
-        worker = (*key, report["ownerKind"], report["ownerName"], text, now, routed_kind, size)
-
-        def op(conn: sqlite3.Connection) -> Appended:
-            used = check_room(conn, rows, cap)
-            conn.execute(UPSERT_WORKER, worker)
-            self._written[key] = now
-            return append_rows(conn, rows, cap=cap, used=used)
-
-        appended = await self.write(op, on_commit=self._published)
+        worker = (report["namespace"], report["name"], report["ownerKind"], report["ownerName"],
+                  text, self.clock(), routed_kind, size)
+        op = ReportWrite(worker, rows, self.bounds.outbox_bytes, self._written)
+        appended = await self.write(op, on_commit=lambda a: self._published(a, rows))
         return appended.seqs
 
     async def route_worker(self, namespace: str, name: str, received_at: float, *,
@@ -358,7 +385,7 @@ class Store:
                 (routed_kind, namespace, name, received_at))
             return append_rows(conn, rows, cap=cap) if cur.rowcount == 1 else Appended([])
 
-        appended = await self.write(op, on_commit=self._published)
+        appended = await self.write(op, on_commit=lambda a: self._published(a, rows))
         return bool(appended.seqs) or not rows
 
     async def workers(self) -> list[WorkerRecord]:
@@ -488,7 +515,7 @@ class Store:
             conn.execute("INSERT OR REPLACE INTO lc_job_state VALUES (?,?,?,?,?)", row)
             return appended
 
-        appended = await self.write(op, on_commit=self._published)
+        appended = await self.write(op, on_commit=lambda a: self._published(a, rows))
         return appended.seqs[0]
 
     async def get_state(self, kind: str, namespace: str, name: str) -> Any | None:
@@ -544,14 +571,15 @@ class Store:
         results: list[Any] = []
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for op in ops:
-                if isolated:
-                    results.append(_run_in_savepoint(conn, op))
-                    continue
-                try:
-                    results.append(op(conn))
-                except _OP_ERRORS as exc:
-                    raise _OpFailed from exc
+            if isolated:
+                results = [_run_in_savepoint(conn, op) for op in ops]
+            else:
+                for run in _runs(ops):
+                    try:
+                        merged = ReportWrite.merged(conn, run) if len(run) > 1 else None
+                        results.extend(merged if merged is not None else (op(conn) for op in run))
+                    except _OP_ERRORS as exc:
+                        raise _OpFailed from exc
             swept = _run_in_savepoint(conn, self._sweep) if self._written else Counter()
             conn.execute("COMMIT")
         except BaseException:
@@ -576,6 +604,22 @@ class Store:
 
 
 _OP_ERRORS = (sqlite3.Error, StoreError, ValueError, TypeError, KeyError)  # one op's failure, not the batch's
+
+
+def _runs(ops: list[Op]) -> Iterator[list[Op]]:
+    """`ops` in order, in runs: consecutive worker report writes together (ReportWrite.merged),
+    every other op alone."""
+    run: list[Op] = []
+    for op in ops:
+        if type(op) is ReportWrite:
+            run.append(op)
+            continue
+        if run:
+            yield run
+            run = []
+        yield [op]
+    if run:
+        yield run
 
 
 class _OpFailed(Exception):

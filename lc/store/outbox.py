@@ -1,14 +1,18 @@
 """The outbox's rows, and its work on the DB thread: appending reports (refused when they would
 take it over its cap, covered rows deleted once it is over), deleting what an ack or a newer
-report covers, and the outbox epoch."""
+report covers, and the outbox epoch; and its tail, the newest settled rows in memory."""
 
 from __future__ import annotations
 
 import secrets
 import sqlite3
 import time
+from collections import deque
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
+
+import orjson
 
 from lc.errors import StoreBusyError
 from lc.fold import fold_key
@@ -48,10 +52,12 @@ Row = tuple[str, str, str, str, str | None, int]
 
 @dataclass(frozen=True, slots=True)
 class Appended:
-    """What an append committed: the new rows' seqs, and how many covered rows went."""
+    """What an append committed: the new rows' seqs (one per row, in order), how many covered
+    rows went, and the rows' created_at."""
 
     seqs: list[int]
     compacted: int = 0
+    created_at: float = 0.0
 
 
 def outbox_row(kind: str, namespace: str, name: str, body: Any, source: str) -> Row:
@@ -64,15 +70,23 @@ def append_rows(conn: sqlite3.Connection, rows: list[Row], *, cap: int,
                 used: int | None = None) -> Appended:
     """Insert `rows`; once the outbox is over `cap`, delete the rows newer ones cover.
     `used`: the outbox's bytes before them, when the caller has just read them."""
-    now = time.time()
-    seqs = []
-    for kind, namespace, name, body, fold, size in rows:
-        cur = conn.execute("INSERT INTO lc_outbox (kind, namespace, name, body, created_at, "
-                           "fold, bytes) VALUES (?,?,?,?,?,?,?)",
-                           (kind, namespace, name, body, now, fold, size))
-        seqs.append(cur.lastrowid)
+    seqs, now = insert_rows(conn, rows)
     after = None if used is None else used + sum(row[5] for row in rows)
-    return Appended(seqs, compact_outbox(conn, cap, used=after))
+    return Appended(seqs, compact_outbox(conn, cap, used=after), now)
+
+
+def insert_rows(conn: sqlite3.Connection, rows: list[Row]) -> tuple[list[int], float]:
+    """Insert `rows` in one statement; their seqs (consecutive: AUTOINCREMENT in one
+    transaction with no other writer) and their created_at."""
+    now = time.time()
+    if not rows:
+        return [], now
+    conn.executemany("INSERT INTO lc_outbox (kind, namespace, name, body, created_at, fold, "
+                     "bytes) VALUES (?,?,?,?,?,?,?)",
+                     [(kind, namespace, name, body, now, fold, size)
+                      for kind, namespace, name, body, fold, size in rows])
+    last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+    return list(range(last - len(rows) + 1, last + 1)), now
 
 
 def check_room(conn: sqlite3.Connection, rows: list[Row], cap: int) -> int:
@@ -133,3 +147,72 @@ def outbox_counts(conn: sqlite3.Connection) -> tuple[int, int]:
     size = conn.execute("SELECT COUNT(*) FROM lc_outbox").fetchone()[0]
     row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'lc_outbox'").fetchone()
     return size, (row[0] if row else 0)
+
+
+TAIL_ENTRIES = 4096
+TAIL_BYTES = 8 << 20
+
+
+class OutboxTail:
+    """The newest settled outbox entries, kept in memory so that the link, which follows the
+    outbox, gets them without reading back what was just written.
+
+    Invariant: the tail holds every entry appended with a seq above `base`, in seq order, as
+    committed (entries a newer one covered may since have been compacted away: the link folds
+    them anyway). It serves `after(seq)` only for `seq >= base`; whoever asks from further
+    back reads the database. Over TAIL_ENTRIES or TAIL_BYTES it starts again, empty, from
+    the newest seq (nobody followed it).
+    """
+
+    __slots__ = ("_entries", "_bytes", "_base")
+
+    def __init__(self) -> None:
+        self._entries: deque[tuple[OutboxEntry, int]] = deque()
+        self._bytes = 0
+        self._base = -1  # nothing is served before restart()
+
+    def restart(self, base: int) -> None:
+        self._entries.clear()
+        self._bytes = 0
+        self._base = base
+
+    def extend(self, seqs: list[int], rows: list[Row], created_at: float, last_seq: int) -> None:
+        """Add settled rows (their seqs in order); `last_seq` is the highest seq before them."""
+        if self._base < 0:
+            return
+        if self._entries and seqs[0] <= self._entries[-1][0].seq or seqs[0] <= self._base:
+            self.restart(max(last_seq, seqs[-1]))  # out of order: never guess, read instead
+            return
+        for seq, (kind, namespace, name, body, fold, size) in zip(seqs, rows, strict=True):
+            # decoded from what was stored: the same values a read of the database returns
+            self._entries.append((OutboxEntry(seq, kind, namespace, name, orjson.loads(body),
+                                              created_at, fold), size))
+            self._bytes += size
+        if len(self._entries) > TAIL_ENTRIES or self._bytes > TAIL_BYTES:
+            self.restart(seqs[-1])
+
+    def forget(self, seq: int, fold: str | None = None) -> None:
+        """Entry `seq` was deleted, and with `fold` the older entries of that key too."""
+        if not self._entries or seq <= self._base:
+            return
+        kept = [(e, size) for e, size in self._entries
+                if not (e.seq == seq or (fold is not None and e.fold == fold and e.seq < seq))]
+        if len(kept) != len(self._entries):
+            self._entries = deque(kept)
+            self._bytes = sum(size for _, size in kept)
+
+    def forget_upto(self, seq: int) -> None:
+        """Every entry up to `seq` was deleted."""
+        while self._entries and self._entries[0][0].seq <= seq:
+            self._bytes -= self._entries.popleft()[1]
+
+    def after(self, seq: int, limit: int) -> list[OutboxEntry] | None:
+        """Up to `limit` entries with a higher seq than `seq`, oldest first, forgetting those
+        up to `seq` (the one reader has them); None when the tail does not hold them all."""
+        if self._base < 0 or seq < self._base:
+            return None
+        entries = self._entries
+        while entries and entries[0][0].seq <= seq:
+            self._bytes -= entries.popleft()[1]
+        self._base = seq
+        return [entry for entry, _ in islice(entries, limit)]

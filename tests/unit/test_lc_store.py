@@ -405,3 +405,50 @@ async def test_outbox_accounting_survives_cancelled_callers(store: Store) -> Non
             break
         await asyncio.sleep(0.01)
     assert store.outbox_size == 0 and await store.pending() == []
+
+
+async def test_the_link_following_the_outbox_gets_new_entries_from_memory(store: Store, monkeypatch) -> None:
+    """What was just committed is handed on without a read, exactly as a read returns it."""
+    seqs = [await store.append_report("Dataset", "ns", f"d{i}", {"numberOfSamples": i}) for i in range(3)]
+    reads = 0
+    read = store._read
+
+    async def counting(fn):
+        nonlocal reads
+        reads += 1
+        return await read(fn)
+
+    monkeypatch.setattr(store, "_read", counting)
+    from_memory = await store.pending(0)
+    assert reads == 0
+    assert [e.seq for e in from_memory] == seqs
+    store._tail.restart(store.last_seq)  # as if nobody had followed it: read back
+    from_disk = await store.pending(0)
+    assert reads == 1 and from_disk == from_memory
+
+
+async def test_the_tail_forgets_what_acks_and_dead_letters_deleted(store: Store) -> None:
+    a1 = await store.append_report("Dataset", "ns", "a", {"numberOfSamples": 1})
+    a2 = await store.append_report("Dataset", "ns", "a", {"numberOfSamples": 2})  # covers a1
+    b = await store.append_report("Dataset", "ns", "b", {"numberOfSamples": 1})
+    c = await store.append_report("Dataset", "ns", "c", {"numberOfSamples": 1})
+    assert [e.seq for e in await store.pending(0)] == [a1, a2, b, c]
+    assert await store.ack_one(a2, fold="Dataset/ns/a/")  # with a1, which it covered
+    assert await store.dead_letter(b, reason="refused", error="no")
+    assert [e.seq for e in await store.pending(0)] == [c]
+    await store.ack(c)
+    assert await store.pending(0) == []
+
+
+async def test_a_reader_behind_the_tail_reads_the_database(store: Store) -> None:
+    first = await store.append_report("Dataset", "ns", "a", {"numberOfSamples": 1})
+    second = await store.append_report("Dataset", "ns", "b", {"numberOfSamples": 1})
+    assert [e.seq for e in await store.pending(first)] == [second]  # the tail forgets <= first
+    assert [e.seq for e in await store.pending(0)] == [first, second]  # from the database
+
+
+async def test_an_unfollowed_tail_starts_again_rather_than_grow(store: Store, monkeypatch) -> None:
+    monkeypatch.setattr("lc.store.outbox.TAIL_ENTRIES", 3)
+    seqs = [await store.append_report("Dataset", "ns", f"d{i}", {"numberOfSamples": i}) for i in range(5)]
+    assert len(store._tail._entries) == 1  # started again after the 4th, holds the 5th
+    assert [e.seq for e in await store.pending(0, limit=10)] == seqs

@@ -492,3 +492,83 @@ async def test_a_schema_5_database_gets_the_worker_triggers_of_schema_6(
         assert version == SCHEMA_VERSION
     finally:
         await store.close()
+
+
+# ---- reports of one batch, merged ---------------------------------------------------------
+
+async def _hold_the_writer(store: Store) -> tuple[asyncio.Task[Any], Any]:
+    """A write that keeps the DB thread busy until released, so what is submitted meanwhile
+    forms the next batch."""
+    import threading
+    started, release = threading.Event(), threading.Event()
+
+    def hold(_: sqlite3.Connection) -> None:
+        started.set()
+        release.wait(5)
+
+    held = asyncio.create_task(store.write(hold))
+    assert await asyncio.to_thread(started.wait, 5)
+    return held, release
+
+
+async def test_a_batch_of_reports_is_written_as_one_by_one(store: Store, monkeypatch) -> None:
+    """Merged: the last report of each worker is its record, every entry gets its own seq in
+    submission order, the usage table stays exact, and each caller gets its own seqs."""
+    from lc.store.reportwrite import ReportWrite
+    merged: list[int] = []
+    merge = ReportWrite.merged
+
+    def spy(conn: sqlite3.Connection, run: list[ReportWrite]) -> Any:
+        result = merge(conn, run)
+        merged.append(len(run) if result is not None else 0)
+        return result
+
+    monkeypatch.setattr(ReportWrite, "merged", staticmethod(spy))
+    held, release = await _hold_the_writer(store)
+    before = store.transactions
+    sends = [("a", 1), ("b", 1), ("a", 2), ("c", 1), ("a", 3), ("b", 2)]
+    tasks = [asyncio.create_task(_report_to(store, f"w-{w}", FL, f"fl-{w}", 100, n))
+             for w, n in sends]
+    await asyncio.sleep(0)
+    release.set()
+    await held
+    seqs = [await t for t in tasks]
+    assert store.transactions == before + 2  # the held write, then all six together
+    assert merged == [6]
+    flat = [s for per in seqs for s in per]
+    assert flat == list(range(flat[0], flat[0] + 6))  # one each, in order
+    pending = await store.pending()
+    assert [(e.name, e.body["output"]["ownerInfo"]["n"]) for e in pending] == [
+        (f"fl-{w}", n) for w, n in sends]
+    store._tail.restart(store.last_seq)  # read back: memory and disk agree
+    assert await store.pending() == pending
+    records = {w.name: w.report["ownerInfo"] for w in await store.workers()}
+    assert sorted(records) == ["w-a", "w-b", "w-c"]
+    assert await _usage(store) == await _sums(store)
+
+
+async def test_a_batch_that_might_not_fit_is_written_one_by_one(tmp_path: Path, clock: Clock,
+                                                                 monkeypatch) -> None:
+    from lc.store.outbox import OutboxFullError
+    from lc.store.reportwrite import ReportWrite
+    merged: list[Any] = []
+    merge = ReportWrite.merged
+    monkeypatch.setattr(ReportWrite, "merged",
+                        staticmethod(lambda conn, run: merged.append(merge(conn, run))))
+    store = await _open(tmp_path, clock, outbox_bytes=100_000)
+    try:
+        await _report_to(store, "w0", FL, "fl", 30_000)
+        held, release = await _hold_the_writer(store)
+        tasks = [asyncio.create_task(_report_to(store, f"w{i}", FL, "fl", 30_000))
+                 for i in range(1, 4)]
+        await asyncio.sleep(0)
+        release.set()
+        await held
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert merged == [None]  # 120 kB would pass the cap: one by one instead
+        assert [type(r) for r in results] == [list, list, OutboxFullError]  # the third alone
+        assert [w.name for w in await store.workers()] == ["w0", "w1", "w2"]
+        assert store.outbox_size == 3
+        assert await _usage(store) == await _sums(store)
+    finally:
+        await store.close()
