@@ -73,6 +73,7 @@ class _Committed(NamedTuple):
 
 
 _STOP = None
+RIDE_WAIT = 0.01  # seconds a batch of writes that need not be durable waits for one that must
 
 
 class GroupCommitter:
@@ -223,21 +224,34 @@ class GroupCommitter:
 
     def _take(self) -> tuple[list[_Write], list[_Call], bool]:
         """Wait for one job, then take whatever else is already queued (up to max_batch
-        writes): the writes form one batch, the calls run after it."""
+        writes): the writes form one batch, the calls run after it. Writes none of which
+        must be durable (acks' deletes) wait up to RIDE_WAIT for one that must, and ride
+        its transaction instead of costing one of their own."""
         writes: list[_Write] = []
         calls: list[_Call] = []
+        durable = False
+        deadline = 0.0
         job = self._jobs.get()
         while True:
             if job is _STOP:
                 return writes, calls, True
             if type(job) is _Write:
                 writes.append(job)
+                durable = durable or job.durable
                 if len(writes) >= self._max_batch:
                     return writes, calls, False
             else:
                 calls.append(job)
             try:
                 job = self._jobs.get_nowait()
+                continue
+            except queue.Empty:
+                if durable or calls:
+                    return writes, calls, False
+            if not deadline:
+                deadline = time.monotonic() + RIDE_WAIT
+            try:
+                job = self._jobs.get(timeout=max(deadline - time.monotonic(), 0.0))
             except queue.Empty:
                 return writes, calls, False
 

@@ -161,18 +161,18 @@ class OutboxTail:
     committed (entries a newer one covered may since have been compacted away: the link folds
     them anyway). It serves `after(seq)` only for `seq >= base`; whoever asks from further
     back reads the database. Over TAIL_ENTRIES or TAIL_BYTES it starts again, empty, from
-    the newest seq (nobody followed it).
+    the newest seq (nobody followed it). Rows are kept as stored and decoded when served.
     """
 
     __slots__ = ("_entries", "_bytes", "_base")
 
     def __init__(self) -> None:
-        self._entries: deque[tuple[OutboxEntry, int]] = deque()
+        self._entries: deque[tuple[int, Row, float]] = deque()  # (seq, row, created_at)
         self._bytes = 0
         self._base = -1  # nothing is served before restart()
 
     def restart(self, base: int) -> None:
-        self._entries.clear()
+        self._entries = deque()
         self._bytes = 0
         self._base = base
 
@@ -180,39 +180,38 @@ class OutboxTail:
         """Add settled rows (their seqs in order); `last_seq` is the highest seq before them."""
         if self._base < 0:
             return
-        if self._entries and seqs[0] <= self._entries[-1][0].seq or seqs[0] <= self._base:
+        if self._entries and seqs[0] <= self._entries[-1][0] or seqs[0] <= self._base:
             self.restart(max(last_seq, seqs[-1]))  # out of order: never guess, read instead
             return
-        for seq, (kind, namespace, name, body, fold, size) in zip(seqs, rows, strict=True):
-            # decoded from what was stored: the same values a read of the database returns
-            self._entries.append((OutboxEntry(seq, kind, namespace, name, orjson.loads(body),
-                                              created_at, fold), size))
-            self._bytes += size
-        if len(self._entries) > TAIL_ENTRIES or self._bytes > TAIL_BYTES:
+        entries = self._entries
+        for seq, row in zip(seqs, rows, strict=True):
+            entries.append((seq, row, created_at))
+            self._bytes += row[5]
+        if len(entries) > TAIL_ENTRIES or self._bytes > TAIL_BYTES:
             self.restart(seqs[-1])
 
     def forget(self, seq: int, fold: str | None = None) -> None:
         """Entry `seq` was deleted, and with `fold` the older entries of that key too."""
         if not self._entries or seq <= self._base:
             return
-        kept = [(e, size) for e, size in self._entries
-                if not (e.seq == seq or (fold is not None and e.fold == fold and e.seq < seq))]
+        kept = [e for e in self._entries
+                if not (e[0] == seq or (fold is not None and e[1][4] == fold and e[0] < seq))]
         if len(kept) != len(self._entries):
             self._entries = deque(kept)
-            self._bytes = sum(size for _, size in kept)
+            self._bytes = sum(e[1][5] for e in kept)
 
     def forget_upto(self, seq: int) -> None:
         """Every entry up to `seq` was deleted."""
-        while self._entries and self._entries[0][0].seq <= seq:
-            self._bytes -= self._entries.popleft()[1]
+        while self._entries and self._entries[0][0] <= seq:
+            self._bytes -= self._entries.popleft()[1][5]
 
     def after(self, seq: int, limit: int) -> list[OutboxEntry] | None:
         """Up to `limit` entries with a higher seq than `seq`, oldest first, forgetting those
         up to `seq` (the one reader has them); None when the tail does not hold them all."""
         if self._base < 0 or seq < self._base:
             return None
-        entries = self._entries
-        while entries and entries[0][0].seq <= seq:
-            self._bytes -= entries.popleft()[1]
+        self.forget_upto(seq)
         self._base = seq
-        return [entry for entry, _ in islice(entries, limit)]
+        # decoded from what was stored: the same values a read of the database returns
+        return [OutboxEntry(s, row[0], row[1], row[2], orjson.loads(row[3]), created_at, row[4])
+                for s, row, created_at in islice(self._entries, limit)]

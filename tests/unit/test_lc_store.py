@@ -452,3 +452,34 @@ async def test_an_unfollowed_tail_starts_again_rather_than_grow(store: Store, mo
     seqs = [await store.append_report("Dataset", "ns", f"d{i}", {"numberOfSamples": i}) for i in range(5)]
     assert len(store._tail._entries) == 1  # started again after the 4th, holds the 5th
     assert [e.seq for e in await store.pending(0, limit=10)] == seqs
+
+
+async def test_an_ack_rides_the_next_durable_commit_instead_of_its_own(monkeypatch) -> None:
+    import lc.groupcommit
+    monkeypatch.setattr(lc.groupcommit, "RIDE_WAIT", 5.0)
+    batches: list[list[str]] = []
+
+    def run_batch(ops: list) -> list:
+        results = [op(None) for op in ops]
+        batches.append(results)
+        return results
+
+    committer = GroupCommitter(run_batch, sync=lambda: None)
+    committer.start()
+    ack = asyncio.create_task(committer.submit(lambda _: "ack", durable=False))
+    await asyncio.sleep(0.05)  # the DB thread holds the ack, waiting for company
+    assert batches == [] and not ack.done()
+    assert await committer.submit(lambda _: "report") == "report"
+    assert await ack == "ack"
+    assert batches == [["ack", "report"]]
+    await committer.close()
+
+
+async def test_an_ack_alone_commits_after_a_short_wait(monkeypatch) -> None:
+    import lc.groupcommit
+    monkeypatch.setattr(lc.groupcommit, "RIDE_WAIT", 0.05)
+    committer = GroupCommitter(lambda ops: [op(None) for op in ops], sync=lambda: None)
+    committer.start()
+    async with asyncio.timeout(2):
+        assert await committer.submit(lambda _: "ack", durable=False) == "ack"
+    await committer.close()
