@@ -71,9 +71,9 @@ class Store:
         # fsynced. Every commit runs with NORMAL (in WAL mode: it does not wait for the disk)
         # and the group committer's sync thread fsyncs the log (`_sync_wal`), once for every
         # batch that committed meanwhile. NORMAL or OFF: as configured, no fsync of our own.
-        mode = synchronous.upper()
-        self._deferred_sync = mode in ("FULL", "EXTRA")
-        self._synchronous = "NORMAL" if self._deferred_sync else mode
+        self._mode = synchronous.upper()
+        self._deferred_sync = self._mode in ("FULL", "EXTRA")
+        self._synchronous = "NORMAL" if self._deferred_sync else self._mode
         self._wal_fd: int | None = None  # sync thread only
         self.syncs = 0  # fsyncs of the log so far (for tests)
         self.bounds = bounds
@@ -108,6 +108,11 @@ class Store:
         store._committer.start()
         try:
             store._conn = await store._committer.call(connect, path, store._synchronous)
+            if store._deferred_sync and not await store._read(_in_wal_mode):
+                # a file system without shared memory keeps SQLite out of WAL mode: no log to
+                # fsync, so the commits themselves wait for the disk
+                await store._read(lambda c: c.execute(f"PRAGMA synchronous = {store._mode}"))
+                store._deferred_sync = False
         except BaseException:
             await store._committer.close()
             raise
@@ -539,6 +544,8 @@ class Store:
         written to the -wal file; an fsync of that file (its header too) puts them on disk,
         which is what synchronous=FULL does after each commit. SQLite keeps the file (the
         same inode) while its connection is open, and syncs it itself before a checkpoint."""
+        if not self._deferred_sync:
+            return
         if self._wal_fd is None:
             self._wal_fd = os.open(self.path + "-wal", os.O_RDONLY | os.O_CLOEXEC)
         os.fsync(self._wal_fd)
@@ -604,6 +611,10 @@ class Store:
 
 
 _OP_ERRORS = (sqlite3.Error, StoreError, ValueError, TypeError, KeyError)  # one op's failure, not the batch's
+
+
+def _in_wal_mode(conn: sqlite3.Connection) -> bool:
+    return conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal"
 
 
 def _runs(ops: list[Op]) -> Iterator[list[Op]]:

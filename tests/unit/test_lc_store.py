@@ -483,3 +483,16 @@ async def test_an_ack_alone_commits_after_a_short_wait(monkeypatch) -> None:
     async with asyncio.timeout(2):
         assert await committer.submit(lambda _: "ack", durable=False) == "ack"
     await committer.close()
+
+
+async def test_out_of_wal_mode_the_commits_themselves_wait_for_the_disk(tmp_path, monkeypatch) -> None:
+    """Where SQLite cannot use WAL mode there is no log to fsync: FULL stays on the connection."""
+    import lc.store.facade
+    monkeypatch.setattr(lc.store.facade, "_in_wal_mode", lambda conn: False)
+    store = await Store.open(str(tmp_path / "lc.db"))
+    try:
+        assert await store._read(lambda c: c.execute("PRAGMA synchronous").fetchone()[0]) == 2
+        await store.append_report("Dataset", "ns", "a", {"numberOfSamples": 1})
+        assert store.syncs == 0
+    finally:
+        await store.close()
