@@ -25,7 +25,7 @@ helm: setup
 # The whole suite, the cluster tier included: tests/cluster (and the conformance suite) run on the
 # dev cluster and on a real control plane that the tests start in .kube-test/ and stop at the end
 # (tests/cluster/plugin.py); kube-build builds it first (a no-op once built) and fails `make test`
-# when it cannot. s3-server builds the S3 server the storage tests run (tests/s3server.py).
+# when it cannot. s3-server builds the S3 server the storage tests and `make run S3=1` run (devcluster/s3server.py).
 test: setup helm kube-build s3-server
 	$(PY) -m pytest -q
 
@@ -62,7 +62,7 @@ run: setup $(if $(filter helm,$(INSTALL)),helm) $(if $(filter real,$(CLUSTER)),k
 demo: setup
 	$(PY) examples/demo.py
 
-# A real S3 server for the tests (tests/s3server.py): SeaweedFS's `weed` (Apache-2.0) built with Go
+# A real S3 server for the tests and `make run S3=1` (devcluster/s3server.py): SeaweedFS's `weed` (Apache-2.0) built with Go
 # (>= 1.26) from the Go module proxy into .tools/seaweedfs (ignored). Its go.mod has a replace
 # directive, which `go install pkg@version` refuses, so the module is downloaded and built as the main
 # module, in the module cache, against its own go.sum. The stamp names the version: a no-op once built.

@@ -1,6 +1,6 @@
 """The incremental learning example on S3, for `make run S3=1` (examples/devrun.py --s3).
 
-Starts the S3 server the tests use (SeaweedFS, built by `make s3-server`; tests/s3server.py
+Starts the S3 server the tests use (SeaweedFS, built by `make s3-server`; devcluster/s3server.py
 runs it on free loopback ports with one generated identity), fills a bucket with what
 upstream's helmet detection example reads (its Dataset's index, the initial and deploy
 models), and rewrites the example so that its Dataset, its Models and its outputDir are
@@ -37,8 +37,8 @@ OBJECTS = {INDEX_KEY: "".join(f"images/{i}.jpg labels/{i}.txt\n" for i in range(
 
 @contextlib.asynccontextmanager
 async def s3_server() -> AsyncIterator[Any]:
-    """A running SeaweedFS S3 server (tests/s3server.py) until the block ends."""
-    from tests.s3server import seaweedfs  # the test harness: the binary, ports and identity
+    """A running SeaweedFS S3 server (devcluster/s3server.py) until the block ends."""
+    from devcluster.s3server import seaweedfs  # the binary, ports and identity
     server = seaweedfs()
     endpoint = await asyncio.to_thread(server.__enter__)
     try:

@@ -1,4 +1,4 @@
-"""Fixtures for the S3 tests: one real SeaweedFS server for the session (tests/s3server.py),
+"""Fixtures for the S3 tests: one real SeaweedFS server for the session (devcluster/s3server.py),
 started at collection in the background and stopped at the end of the run, a fresh bucket per
 test, and the LC's client signed with the server's identity."""
 
@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 import pytest
 from aiobotocore.session import get_session
 
+from devcluster.s3server import REGION, S3Endpoint, S3ServerUnavailable, seaweedfs
 from lc.s3 import S3Client, S3Credential, S3Settings
-from tests.s3server import REGION, S3Endpoint, S3ServerUnavailable, seaweedfs
 from tests.starting import Starting
 
 # short timeouts and backoff so that failure tests end in seconds; small parts so that a few

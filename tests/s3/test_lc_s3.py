@@ -1,4 +1,4 @@
-"""The LC's S3 client (lc/s3) against a real S3 server: SeaweedFS on loopback (tests/s3server.py).
+"""The LC's S3 client (lc/s3) against a real S3 server: SeaweedFS on loopback (devcluster/s3server.py).
 
 Reads, downloads, uploads and server-side copies round-trip bytes exactly; wrong credentials
 and missing buckets are refused at once with the LC's error classes (one request, no retry);
@@ -31,7 +31,7 @@ from lc.files import Caps
 from lc.s3 import S3Client, S3Credential, S3Url
 from tests.conftest import eventually
 from tests.s3.conftest import FAST
-from tests.s3server import CountingProxy
+from tests.s3proxy import CountingProxy
 
 MiB = 1 << 20
 BIG = Caps(64 * MiB)

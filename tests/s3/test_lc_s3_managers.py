@@ -1,4 +1,4 @@
-"""The LC's managers on S3, against a real S3 server (SeaweedFS, tests/s3server.py).
+"""The LC's managers on S3, against a real S3 server (SeaweedFS, devcluster/s3server.py).
 
 A running LC (SQLite store, no GM) is given the objects the GM sends, with the credential
 annotation the GM builds from a Secret, and what it does is read back from its outbox (the
@@ -20,10 +20,11 @@ from typing import Any
 
 import pytest
 
+from devcluster.s3server import S3Endpoint
 from lc.s3 import S3Clients, S3Credential
 from tests.conftest import eventually
 from tests.learningjobs import IL, LINES, NS, _cond, _il_job, _node_objects, _obj
-from tests.s3server import CountingProxy, S3Endpoint
+from tests.s3proxy import CountingProxy
 from tests.unit.test_lc_support import running_lc
 
 MiB = 1 << 20
