@@ -30,6 +30,7 @@ _CONDITION_REASON = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")  # a
 _MAX_REASON = 128
 MAX_CONDITION_MESSAGE = 1024
 _ROUND_MESSAGE = re.compile(r"Round (\d+) reaches at ")
+_LAST_ROUND = re.compile(r" after round (\d+)$")  # a finished job's Training condition
 _MAX_COUNT = 2**63 - 1
 _FINISHED_TYPES = ("Complete", "Failed")
 
@@ -249,11 +250,22 @@ def report_time(kind: str, body: Mapping[str, Any]) -> str:
 
 
 def round_of(condition: Mapping[str, Any] | None) -> int:
-    """The round a Training condition reports (0 when it reports none)."""
-    if not condition or condition.get("reason") != DO_TRAINING:
+    """The round a Training condition reports (0 when it reports none): the round in progress,
+    or once the job finished, the last one (`after_round`)."""
+    if not condition:
         return 0
-    match = _ROUND_MESSAGE.match(str(condition.get("message") or ""))
+    message = str(condition.get("message") or "")
+    if condition.get("reason") == DO_TRAINING:
+        match = _ROUND_MESSAGE.match(message)
+    else:
+        match = _LAST_ROUND.search(message) if condition.get("status") == "False" else None
     return int(match.group(1)) if match else 0
+
+
+def after_round(message: str, round_: int) -> str:
+    """A finished FL job's message, saying its last round (what `round_of` reads back from the
+    Training condition the finish turned False), so the round outlives the training."""
+    return f"{message} after round {round_}" if round_ else message
 
 
 # -- status mutations (pure; each may run once per write attempt) -----------------------

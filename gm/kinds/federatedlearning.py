@@ -42,13 +42,14 @@ from gm.reconcile.declaration import (
     uses_datasets,
     uses_models,
 )
+from gm.reports import after_round, round_of
 from gm.workers.inputs import Secrets, credential, mount_of, object_list, ref_name, required
 from gm.workers.owned import Owner, build_pod, build_service, check_dns_label, owner_of
 from gm.workers.specerrors import InvalidSpec
 from gm.workers.storage import MountURL, StoragePlan, WorkerMount, plan_storage
 from gm.workers.template import PodKnobs, env_value, render_template
 from shared import apis
-from shared.objects import deep_get, set_condition
+from shared.objects import deep_get, find_condition, set_condition
 
 KIND = "FederatedLearningJob"
 AGG_PORT = 7363
@@ -343,12 +344,14 @@ def _fl_conditions(conditions: list[dict], phase: str, problem: tuple[str, str] 
     if problem is not None:
         return exclusive(conditions, CONDITION_TYPES, "Failed", reason=problem[0],
                           message=problem[1], now=now)
+    last = round_of(find_condition(conditions, "Training"))
     if phase == "Failed":
         return exclusive(conditions, CONDITION_TYPES, "Failed", reason="WorkerFailed",
-                          message="a worker of the FederatedLearningJob failed", now=now)
+                          message=after_round("a worker of the FederatedLearningJob failed", last),
+                          now=now)
     if phase == "Succeeded":
         return exclusive(conditions, CONDITION_TYPES, "Complete", reason="Completed",
-                          message="all workers succeeded", now=now)
+                          message=after_round("all workers succeeded", last), now=now)
     if phase == "Running":
         # upstream round reports refine this condition's message: keep it
         return exclusive(conditions, CONDITION_TYPES, "Training", reason="Training",

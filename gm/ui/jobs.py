@@ -78,7 +78,7 @@ def summarize(kind: str, obj: Mapping[str, Any]) -> JobSummary:
 def key_values(kind: str, obj: Mapping[str, Any]) -> dict[str, float]:
     """The values the job's chart draws now (series name -> value), at most MAX_CHART_SERIES."""
     status = _map(obj.get("status"))
-    if kind == FL:  # once the job ends, its condition no longer says the round: the chart keeps the last
+    if kind == FL:  # a finished job's Training condition keeps its last round (gm/reports.py round_of)
         out = {"round": float(r)} if (r := _fl_round(_conditions(status))) else {}
     elif kind in LEARNING:
         current = _current(_conditions(status))

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from gm.jobmetrics import MAX_KEYS, MAX_LABEL, JobCollector, bounded, number
+from gm.kinds.federatedlearning import fl_status
 from shared.metrics import render, service_registry
 from tests.scrape import families, samples, value
 from tests.unit.test_metrics import documented
@@ -103,6 +104,15 @@ def test_a_federated_learning_job_with_its_aggregation_models_metrics():
         "sedna_gm_job_workers_succeeded": 0, "sedna_gm_fl_round": 4,
         "sedna_gm_job_reported_metric{metric=accuracy}": 0.88, "sedna_gm_job_reported_metric{metric=loss}": 0.41}
     assert "sedna_gm_job_reported_metric{metric=loss}" not in series_of(page({kind: [FL]}), **job("fl", kind))
+
+
+def test_a_completed_federated_learning_job_keeps_its_last_round():
+    kind = "FederatedLearningJob"
+    pods = [{"status": {"phase": "Succeeded"}}] * 3
+    status = fl_status(FL, pods, all_present=True, converged_generation=None, problem=None,
+                       now="2027-01-15T07:58:00Z")
+    assert status["phase"] == "Succeeded"
+    assert series_of(page({kind: [{**FL, "status": status}]}), **job("fl", kind))["sedna_gm_fl_round"] == 4
 
 
 def test_an_incremental_learning_job_in_its_deploy_stage():

@@ -3,6 +3,7 @@ import pytest
 from gm.kindlib.conditions import pod_counts
 from gm.kinds.federatedlearning import fl_phase, fl_status
 from gm.kinds.jointinference import ji_status
+from gm.reports import round_of
 from shared.objects import find_condition
 
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
@@ -161,3 +162,26 @@ def test_waiting_survives_the_no_pods_reset():
     st2 = fl_status({**job, "status": st}, [], all_present=False, converged_generation=None, problem=None,
                     now=T1, waiting=waiting)
     assert find_condition(st2["conditions"], "Waiting")["lastTransitionTime"] == T0
+
+
+@pytest.mark.parametrize(("phase", "condition"), [("Succeeded", "Complete"), ("Failed", "Failed")])
+def test_a_finished_fl_job_keeps_its_last_round(phase, condition):
+    """The finish turns the Training condition False; its message keeps the last round, which
+    the metrics and the status page read (round_of), and it stays put on later passes."""
+    training = {"type": "Training", "status": "True", "reason": "DoTraining",
+                "message": "Round 7 reaches at 2026-01-01T00:01:00Z", "lastTransitionTime": T0}
+    job = {"metadata": {"generation": 1}, "status": {"conditions": [training], "startTime": T0}}
+    st = fl_status(job, [pod(phase)], all_present=True, converged_generation=1, problem=None, now=T1)
+    done = find_condition(st["conditions"], "Training")
+    assert done["status"] == "False" and round_of(done) == 7
+    assert find_condition(st["conditions"], condition)["message"].endswith(" after round 7")
+    again = fl_status({**job, "status": st}, [pod(phase)], all_present=True, converged_generation=1,
+                      problem=None, now=T1)
+    assert again == st
+
+
+def test_a_job_that_never_reported_a_round_finishes_without_one():
+    job = {"metadata": {"generation": 1}, "status": {}}
+    st = fl_status(job, [pod("Succeeded")], all_present=True, converged_generation=1, problem=None, now=T1)
+    assert find_condition(st["conditions"], "Complete")["message"] == "all workers succeeded"
+    assert round_of(find_condition(st["conditions"], "Training")) == 0
