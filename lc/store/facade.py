@@ -541,14 +541,15 @@ class Store:
 
     def _sync_wal(self) -> None:
         """Sync thread: make every commit so far durable. A commit in WAL mode is frames
-        written to the -wal file; an fsync of that file (its header too) puts them on disk,
-        which is what synchronous=FULL does after each commit. SQLite keeps the file (the
-        same inode) while its connection is open, and syncs it itself before a checkpoint."""
+        written to the -wal file; an fdatasync of that file (its header, its frames and the
+        size they extend it to) puts them on disk, which is what synchronous=FULL does after
+        each commit. SQLite keeps the file (the same inode) while its connection is open, and
+        syncs it itself before a checkpoint."""
         if not self._deferred_sync:
             return
         if self._wal_fd is None:
             self._wal_fd = os.open(self.path + "-wal", os.O_RDONLY | os.O_CLOEXEC)
-        os.fsync(self._wal_fd)
+        os.fdatasync(self._wal_fd)
         self.syncs += 1
 
     def _run_batch(self, ops: list[Op]) -> list[Any]:
