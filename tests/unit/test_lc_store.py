@@ -496,3 +496,26 @@ async def test_out_of_wal_mode_the_commits_themselves_wait_for_the_disk(tmp_path
         assert store.syncs == 0
     finally:
         await store.close()
+
+
+async def test_a_report_is_not_handed_to_the_link_before_it_is_on_disk(store: Store, monkeypatch) -> None:
+    """Committed but not yet synced: in the database, yet neither answered nor pending."""
+    import lc.store.facade
+    syncing, release = threading.Event(), threading.Event()
+    fdatasync = os.fdatasync
+
+    def held_sync(fd: int) -> None:
+        syncing.set()
+        release.wait(5)
+        fdatasync(fd)
+
+    monkeypatch.setattr(lc.store.facade.os, "fdatasync", held_sync)
+    append = asyncio.create_task(store.append_report("Dataset", "ns", "a", {"numberOfSamples": 1}))
+    assert await asyncio.to_thread(syncing.wait, 5)
+    with sqlite3.connect(store.path) as other:  # committed: another reader sees it
+        assert other.execute("SELECT COUNT(*) FROM lc_outbox").fetchone()[0] == 1
+    assert not append.done()
+    assert await store.pending() == [] and store.last_seq == 0
+    release.set()
+    seq = await append
+    assert [e.seq for e in await store.pending()] == [seq] and store.last_seq == seq
