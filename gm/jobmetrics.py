@@ -196,11 +196,8 @@ def learning_series(out: Families, job: list[str], status: Obj, current: Obj | N
         since = stage_start(_conditions(status), current)
         if since is not None:
             out.stage_seconds.add_metric([*job, stage], max(0.0, now - since))
-    evaluated = next((c for c in _conditions(status)
-                      if c.get("type") == "Completed" and c.get("stage") == "Eval"), None)
-    models = _data(evaluated).get("output", {}).get("models") if evaluated else None
-    for index, model in enumerate(models[:MAX_MODELS] if isinstance(models, list) else ()):
-        for key, value in _keys(_map(_map(model).get("metrics"))):
+    for index, metrics in enumerate(evaluation(status)):
+        for key, value in metrics:
             out.eval.add_metric([*job, str(index), key], value)
     if learning_kb:
         kb = _map(status.get("knowledgeBase"))
@@ -227,6 +224,16 @@ def reported(family: GaugeMetricFamily, job: list[str], metrics: Mapping[str, An
 
 
 # -- reading a status ---------------------------------------------------------------------
+
+
+def evaluation(status: Obj) -> list[list[tuple[str, float]]]:
+    """A learning job's last completed Eval stage: per evaluated model (the one just trained
+    first, at most MAX_MODELS), its numeric metrics (`_keys`); empty before any evaluation."""
+    evaluated = next((c for c in _conditions(status)
+                      if c.get("type") == "Completed" and c.get("stage") == "Eval"), None)
+    models = _data(evaluated).get("output", {}).get("models") if evaluated else None
+    return [_keys(_map(_map(model).get("metrics")))
+            for model in (models[:MAX_MODELS] if isinstance(models, list) else ())]
 
 
 def current_condition(status: Obj) -> Obj | None:

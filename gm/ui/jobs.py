@@ -5,9 +5,10 @@ The status fields differ by kind: the multi-edge kinds and JointInferenceService
 `metrics` (a list of `{key, value}`, values as strings); FederatedLearningJob has `phase`
 and its round in the `Training` condition's message; the learning jobs (IL, LL) have a stage
 in their current condition, `cycle` and `deploys`. Each kind's key series (`key_values`) is
-what its chart draws: JI its inference and hard-example counts, FL its round (while its status
-says it), IL and LL their stage (Train 1, Eval 2, Deploy 3) and cycle (their evaluation metrics
-live in the conditions' free-form `data`, which the page does not parse), the multi-edge kinds
+what its chart draws: JI its inference and hard-example counts, FL its round, IL and LL their
+cycle and the metrics of the model their last Eval stage evaluated (the first two of its
+numeric keys, read from the condition's free-form `data` as the job metrics read them), or
+before any evaluation their stage (Train 1, Eval 2, Deploy 3), the multi-edge kinds
 with workers' counters those counters, and the two services that report none (object search,
 object tracking) their active workers. Nothing here trusts the status' shape: a field of another
 type is treated as absent.
@@ -21,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gm.jobmetrics import evaluation
 from gm.reports import round_of
 
 JI, FL = "JointInferenceService", "FederatedLearningJob"
@@ -80,10 +82,13 @@ def key_values(kind: str, obj: Mapping[str, Any]) -> dict[str, float]:
     status = _map(obj.get("status"))
     if kind == FL:  # a finished job's Training condition keeps its last round (gm/reports.py round_of)
         out = {"round": float(r)} if (r := _fl_round(_conditions(status))) else {}
-    elif kind in LEARNING:
-        current = _current(_conditions(status))
-        out = {"stage": float(STAGE_ORDER.get(_text(current.get("stage")), 0)),
-               "cycle": float(_count(status.get("cycle")) or 0)}
+    elif kind in LEARNING:  # the model just trained as evaluated, once it was; else the stage
+        evaluated = evaluation(status)
+        out = {"cycle": float(_count(status.get("cycle")) or 0)}
+        if evaluated and evaluated[0]:
+            out.update(evaluated[0][:MAX_CHART_SERIES - 1])
+        else:
+            out["stage"] = float(STAGE_ORDER.get(_text(_current(_conditions(status)).get("stage")), 0))
     elif kind in COUNTING:
         numbers = {k: v for k, text in _metrics(status) if (v := _number(text)) is not None}
         chosen = [k for k in PREFERRED.get(kind, ()) if k in numbers] or sorted(numbers)

@@ -4,6 +4,7 @@ wiring to informers, recorders and the hub through fakes."""
 
 from __future__ import annotations
 
+import json
 import math
 from html.parser import HTMLParser
 from types import SimpleNamespace
@@ -115,7 +116,15 @@ STATUSES = [
         "cycle": 1, "deploys": 0, "conditions": [
             {"type": "Completed", "status": "False", "stage": "Eval"},
             {"type": "Running", "status": "True", "stage": "Deploy", "reason": "WorkerRunning"}]}),
-        ("Running", "Deploy", None, 1, ()), {"stage": 3, "cycle": 1}, id="il"),
+        ("Running", "Deploy", None, 1, ()), {"cycle": 1, "stage": 3}, id="il"),
+    pytest.param(*job("IncrementalLearningJob", "il-evaluated", {
+        "cycle": 2, "deploys": 1, "conditions": [
+            {"type": "Completed", "status": "False", "stage": "Eval", "data": json.dumps({"output": {
+                "models": [{"url": "/new", "metrics": {"precision": [0.8, 0.9], "recall": 0.7, "f1": 0.75}},
+                           {"url": "/old", "metrics": {"precision": [0.6, 0.7]}}]}})},
+            {"type": "Running", "status": "True", "stage": "Deploy", "reason": "WorkerRunning"}]}),
+        ("Running", "Deploy", None, 2, ()), {"cycle": 2, "f1": 0.75, "precision": pytest.approx(0.85)},
+        id="il-evaluated"),
     pytest.param(*job("LifelongLearningJob", "ll", {
         "cycle": 2, "conditions": [{"type": "Waiting", "status": "True", "stage": "Train"}]}),
         ("Waiting", "Train", None, 2, ()), {"stage": 1, "cycle": 2}, id="ll"),
