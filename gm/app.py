@@ -48,7 +48,6 @@ from gm.edge.auth import (
 )
 from gm.edge.capacity import raise_fd_limit, session_capacity
 from gm.edge.hub import Hub
-from gm.edge.intake import PLACEMENT_GRACE
 from gm.edge.metrics import EdgeCollector
 from gm.edge.objects import EdgeObjects
 from gm.edge.pipeline import StatusPipeline
@@ -198,7 +197,8 @@ class GlobalManager:
         event(log, "hub session capacity", capacity=capacity, fd_limit=fd_limit)
         self.hub = Hub(self.edge, UpstreamStatus(self.pipeline, rules=[
             (d.api, d.report) for d in self.declarations if d.report is not None], events=events),
-            auth=self._node_auth(), max_sessions=capacity, placement_grace=PLACEMENT_GRACE)
+            auth=self._node_auth(), max_sessions=capacity,
+            placement_grace=self.config.websocket.placementGraceSeconds)
         self.edge.bind(self.hub.notify_changed)
         # a deleted Node's LC session ends, and the hub forgets it (its per-node series too)
         self.informers.informer(NODES).add_event_handler(

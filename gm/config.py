@@ -94,6 +94,7 @@ class WebsocketConfig:
     tokenReview: TokenReviewConfig = field(default_factory=TokenReviewConfig)
     tls: TLSConfig = field(default_factory=TLSConfig)
     maxSessions: int = 0  # LC sessions this process holds; 0 = what its descriptor limit allows
+    placementGraceSeconds: float = 10.0  # how long a report waits for its object to reach the caches
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +262,8 @@ def _validate_websocket(ws: WebsocketConfig) -> None:
         raise ConfigError("websocket.tokenReview.cacheSeconds: must be >= 0")
     if ws.maxSessions < 0:
         raise ConfigError("websocket.maxSessions: must be >= 0 (0: what the descriptor limit allows)")
+    if not 0 <= ws.placementGraceSeconds <= 300:
+        raise ConfigError("websocket.placementGraceSeconds: must be within 0..300 (0: refuse at once)")
     tls = ws.tls
     if bool(tls.certFile) != bool(tls.keyFile):
         raise ConfigError("websocket.tls: certFile and keyFile go together")

@@ -47,7 +47,6 @@ log = logging.getLogger("sedna.gm.edge.hub")
 
 MAX_REFUSALS = 100  # refused reports a session may send within REFUSAL_WINDOW seconds
 REFUSAL_WINDOW = 10.0
-PLACEMENT_GRACE = 10.0  # how long the GM lets a report wait for its object to reach its caches
 PLACEMENT_POLL = 0.05
 MAX_AWAITING = 64  # such reports of one node at once (an LC's window); more are refused at once
 

@@ -38,7 +38,7 @@ LC_ACCOUNT = f"system:serviceaccount:{NS}:sedna-lc"
 SERVICE_ACCOUNTS = GVR("", "v1", "serviceaccounts")
 
 DATASET_NAMES = ("d-before", "d-after", "d-tls")
-GRACE = 0.5  # the GM's placement grace in test_lc_worker_api_over_https (gm.edge.intake.PLACEMENT_GRACE: 10 s)
+GRACE = 0.5  # the GM's placement grace in test_lc_worker_api_over_https (websocket.placementGraceSeconds: 10 s)
 
 StartLC = Callable[..., Awaitable[LocalController]]
 
@@ -228,10 +228,9 @@ async def test_lc_with_the_wrong_ca_does_not_connect(start_gm, start_lc, server_
     assert lc.link.info.sessions == 0 and gm.hub is not None and gm.hub.connected_nodes() == []
 
 
-async def test_lc_worker_api_over_https(start_gm, start_lc, server_cert: ServerCert, monkeypatch) -> None:
+async def test_lc_worker_api_over_https(start_gm, start_lc, server_cert: ServerCert) -> None:
     # the refusal below comes after the GM's placement grace: a short one (the point here is TLS)
-    monkeypatch.setattr("gm.app.PLACEMENT_GRACE", GRACE)
-    gm = await start_gm()
+    gm = await start_gm(websocket=ws_settings(placementGraceSeconds=f"{GRACE}"))
     lc = await start_lc(gm, tls_cert_file=str(server_cert.cert), tls_key_file=str(server_cert.key))
     ssl = client_context(str(server_cert.ca), setting="test")
     report = {"name": "w1", "namespace": NS, "ownerName": "job", "ownerKind": "incrementallearningjob",

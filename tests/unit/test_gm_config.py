@@ -50,6 +50,8 @@ def test_keys_are_case_insensitive_and_unknown_keys_ignored():
         pytest.param("kubeConfig: /nonexistent/kc", "kubeConfig: file '/nonexistent/kc' does not exist", id="kubeconfig"),
         pytest.param("federatedLearning: {specEditPolicy: keep}", "specEditPolicy: must be", id="policy"),
         pytest.param("websocket: {port: 70000}", "websocket.port: 70000 is not a valid port", id="port-range"),
+        pytest.param("websocket: {placementGraceSeconds: -1}", "websocket.placementGraceSeconds: must be within 0..300",
+                     id="placement-grace"),
         pytest.param("leaderElection: {leaseDurationSeconds: 10, renewDeadlineSeconds: 15}",
                      "leaderElection: need leaseDurationSeconds > renewDeadlineSeconds > retryPeriodSeconds"
                      " > 0, got 10 / 15 / 2", id="renew-deadline-over-lease"),
