@@ -156,9 +156,7 @@ class GroupCommitter:
             return
         self._jobs.put(_STOP)
         assert self._stopped is not None
-        await asyncio.shield(self._stopped)
-        for thread in self._threads:
-            await asyncio.get_running_loop().run_in_executor(None, thread.join)
+        await asyncio.shield(self._stopped)  # set by the last thread as its last step
 
     def _loop_now(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
