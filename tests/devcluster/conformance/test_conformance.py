@@ -78,10 +78,6 @@ NOT_YET_AS_REAL: dict[str, str] = {
 }
 # differences that depend on timing on the real server (not strict)
 RACY_ON_REAL: dict[str, str] = {
-    "apply/apply-with-the-same-value-shares-ownership":
-        "the Deployment controller's status write may add its own managedFields entry first",
-    "apply/apply-force-takes-ownership":
-        "the Deployment controller's status write may add its own managedFields entry first",
 }
 
 
