@@ -52,8 +52,7 @@ class ReportWrite:
         latest: dict[tuple[str, str], WorkerRow] = {}
         for write in run:
             key = (write.worker[0], write.worker[1])
-            latest.pop(key, None)  # re-inserted: the run's last report of the worker, in order
-            latest[key] = write.worker
+            latest[key] = write.worker  # the run's last report of the worker
             write.written[key] = write.worker[5]
         conn.executemany(UPSERT_WORKER, latest.values())
         rows = [row for write in run for row in write.rows]
