@@ -80,7 +80,8 @@ class GroupCommitter:
     """Batches submitted ops into transactions run by `run_batch` on a thread of its own."""
 
     __slots__ = ("_run_batch", "_sync", "_name", "_max_batch", "_max_waiting", "_observe",
-                 "_jobs", "_unsynced", "_loop", "_threads", "_stopped", "_closed", "batches")
+                 "_jobs", "_unsynced", "_handed", "_synced", "_loop", "_threads", "_stopped",
+                 "_closed", "batches")
 
     def __init__(self, run_batch: BatchRunner, *, sync: Callable[[], None] | None = None,
                  name: str = "lc-store", max_batch: int = 512, max_waiting: int = 10_000,
@@ -94,6 +95,9 @@ class GroupCommitter:
         self._jobs: queue.SimpleQueue[_Write | _Call | None] = queue.SimpleQueue()
         # committed batches that wait for a sync: (writes, results, when the batch started)
         self._unsynced: queue.SimpleQueue[_Committed | None] = queue.SimpleQueue()
+        # batches handed to the sync thread, and those it settled; each written by one thread
+        self._handed = 0
+        self._synced = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._threads: list[threading.Thread] = []
         self._stopped: asyncio.Future[None] | None = None
@@ -201,6 +205,7 @@ class GroupCommitter:
                 del batches
                 if waiting:
                     self._sync_and_settle(waiting)
+                    self._synced += len(waiting)
                 del waiting
                 if stop:
                     return
@@ -262,7 +267,14 @@ class GroupCommitter:
         except Exception as exc:  # the whole transaction failed: every caller learns why
             results, error = None, exc
         if results is not None and durable:
-            self._unsynced.put(_Committed(writes, results, started))
+            committed = _Committed(writes, results, started)
+            if self._synced == self._handed and self._jobs.empty():
+                # nothing to overlap the sync with, and nothing waits for the sync thread:
+                # sync here rather than wake it (a thread wake-up costs as much as the disk)
+                self._sync_and_settle([committed])
+                return
+            self._handed += 1
+            self._unsynced.put(committed)
             return
         self._to_loop(self._settle_batch, writes, results, error, time.perf_counter() - started)
 

@@ -18,7 +18,7 @@ import orjson
 
 from lc.errors import StoreClosedError, StoreError
 from lc.groupcommit import BatchObserver, GroupCommitter, Op
-from lc.store.bounds import Page, StoreBounds, page, usage
+from lc.store.bounds import Page, StoreBounds, page, usage, usages
 from lc.store.codec import encode, encode_sized, head_chars
 from lc.store.deadletters import (
     DEAD_LETTER_REASONS,
@@ -50,6 +50,7 @@ from lc.store.workers import (
     WorkerRecord,
     expire_workers,
     listed_worker,
+    over_caps,
     trim_workers,
     worker_record,
 )
@@ -58,6 +59,7 @@ from shared.logs import kv
 log = logging.getLogger(__name__)
 
 DEFAULT_BOUNDS = StoreBounds()
+EXPIRE_EVERY = 1.0  # longest time (store clock) between deletions of expired worker records
 
 
 class Store:
@@ -91,6 +93,10 @@ class Store:
         self._dropped: Counter[str] = Counter()  # records dropped by a cap, since open
         # DB thread only, within one batch: the worker records it wrote (key -> received_at)
         self._written: dict[tuple[str, str], float] = {}
+        # DB thread only: when `_sweep` deletes expired records next, and how often (never
+        # later than a tenth of the shorter TTL past their expiry)
+        self._expire_at = 0.0
+        self._expire_every = min(EXPIRE_EVERY, bounds.unknown_ttl / 10)
         # Appended by the DB thread once a batch committed, emptied by _batch_committed on the
         # loop: what each batch's sweep dropped.
         self._swept: deque[Counter[str]] = deque()
@@ -588,7 +594,7 @@ class Store:
                         results.extend(merged if merged is not None else (op(conn) for op in run))
                     except _OP_ERRORS as exc:
                         raise _OpFailed from exc
-            swept = _run_in_savepoint(conn, self._sweep) if self._written else Counter()
+            swept = self._sweep(conn) if self._written else Counter()
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -596,11 +602,27 @@ class Store:
             raise
         return results, swept
 
-    def _sweep(self, conn: sqlite3.Connection) -> Counter[str]:
-        """After a batch that wrote worker records: delete those past their TTL and the
-        oldest over the byte caps, never a record of this batch; what the caps dropped."""
-        expire_workers(conn, self.bounds, max(self._written.values()))
-        return trim_workers(conn, self.bounds, keep=self._written)
+    def _sweep(self, conn: sqlite3.Connection) -> Counter[str] | StoreError:
+        """After a batch that wrote worker records: delete those past their TTL (at most
+        every `_expire_every` seconds: reads skip expired records anyway, this only frees
+        their room) and the oldest over the byte caps, never a record of this batch; what
+        the caps dropped. Within the caps and with no expiry due, one lookup."""
+        now = max(self._written.values())
+        expire = now >= self._expire_at
+        try:
+            used = usages(conn)
+        except sqlite3.Error as exc:  # the reports stand; the next batch sweeps again
+            return StoreError(f"usage lookup failed: {exc}").with_traceback(None)
+        if not expire and not over_caps(used, self.bounds):
+            return Counter()
+
+        def sweep(conn: sqlite3.Connection) -> Counter[str]:
+            if expire:
+                expire_workers(conn, self.bounds, now)
+                self._expire_at = now + self._expire_every
+            return trim_workers(conn, self.bounds, keep=self._written,
+                                used=None if expire else used)
+        return _run_in_savepoint(conn, sweep)
 
     def _batch_committed(self, size: int, seconds: float) -> None:
         """Group-commit observer (on the loop, after each committed batch): count what its

@@ -67,12 +67,20 @@ def expire_workers(conn: sqlite3.Connection, bounds: StoreBounds, now: float) ->
                  (now - bounds.unknown_ttl,))
 
 
+def over_caps(used: dict[str, tuple[int, int]], bounds: StoreBounds) -> bool:
+    """Whether the worker records (`usages`) take more bytes than a cap allows."""
+    return (used["unknown_owner"][1] > bounds.unknown_owner_bytes
+            or used["workers"][1] > bounds.workers_bytes)
+
+
 def trim_workers(conn: sqlite3.Connection, bounds: StoreBounds, *,
-                  keep: Collection[tuple[str, str]] = ()) -> Counter[str]:
+                  keep: Collection[tuple[str, str]] = (),
+                  used: dict[str, tuple[int, int]] | None = None) -> Counter[str]:
     """Drop the oldest records over each byte cap, never those in `keep` (the records the
-    transaction wrote: each one was answered 200). One lookup when within the caps."""
+    transaction wrote: each one was answered 200). One lookup when within the caps, none
+    when given what `usages` read in this transaction."""
     dropped: Counter[str] = Counter()
-    used = usages(conn)
+    used = usages(conn) if used is None else used
     excess = used["unknown_owner"][1] - bounds.unknown_owner_bytes
     if excess > 0:
         dropped["unknown_owner"] = _drop_oldest_workers(conn, excess, keep, unknown=True)

@@ -321,30 +321,64 @@ async def test_a_batch_waits_for_the_disk_only_when_one_of_its_writes_must_be_du
 
 
 async def test_a_durable_write_is_answered_only_after_the_sync_that_covers_it() -> None:
-    """The DB thread commits the next batch while the sync of the last one runs; a caller is
-    answered once a sync begun after its commit returned, batches in commit order."""
+    """With writes waiting, a committed batch's sync goes to the sync thread and the DB thread
+    commits the next batch meanwhile; a caller is answered once a sync begun after its commit
+    returned, batches in commit order."""
     syncing, release = threading.Event(), threading.Event()
-    order: list[str] = []
+    running, go_on = threading.Event(), threading.Event()
+    commits: list[str] = []
+    syncs: list[tuple[str, list[str]]] = []  # (thread, what had committed when it began)
 
     def sync() -> None:
-        order.append("sync")
+        syncs.append((threading.current_thread().name, list(commits)))
         syncing.set()
         release.wait(5)
 
-    committer = GroupCommitter(lambda ops: [op(None) for op in ops], sync=sync)
+    def first_op(_: object) -> str:
+        running.set()
+        go_on.wait(5)
+        commits.append("a")
+        return "a"
+
+    committer = GroupCommitter(lambda ops: [op(None) for op in ops], sync=sync, name="db")
     committer.start()
-    first = asyncio.create_task(committer.submit(lambda _: order.append("a") or "a"))
+    first = asyncio.create_task(committer.submit(first_op))
+    assert await asyncio.to_thread(running.wait, 5)
+    def second_op(_: object) -> str:
+        syncing.wait(5)  # committed while "a" is being synced
+        commits.append("b")
+        return "b"
+
+    second = asyncio.create_task(committer.submit(second_op))
+    await asyncio.sleep(0)  # "b" waits while "a" is being committed
+    go_on.set()
     assert await asyncio.to_thread(syncing.wait, 5)
-    second = asyncio.create_task(committer.submit(lambda _: order.append("b") or "b"))
-    await eventually(lambda: "b" in order)  # committed while "a" is being synced
-    ack = await committer.submit(lambda _: order.append("ack") or "ack", durable=False)
+    await eventually(lambda: "b" in commits)
+    ack = await committer.submit(lambda _: commits.append("ack") or "ack", durable=False)
     assert ack == "ack"  # not durable: answered at its commit, while "a" still waits for the disk
     assert not first.done() and not second.done()
-    assert order == ["a", "sync", "b", "ack"]
     release.set()
     assert await first == "a" and await second == "b"
     await committer.close()
-    assert order == ["a", "sync", "b", "ack", "sync"]
+    assert syncs == [("db-sync", ["a"]), ("db-sync", ["a", "b", "ack"])]
+
+
+async def test_a_lone_durable_write_is_synced_by_the_db_thread() -> None:
+    """Nothing waiting to be committed and nothing at the sync thread: the DB thread syncs
+    the batch itself (waking the sync thread would cost as much as the disk), and the caller
+    is still answered only after that sync."""
+    events: list[tuple[str, str]] = []
+
+    def sync() -> None:
+        events.append(("sync", threading.current_thread().name))
+
+    committer = GroupCommitter(lambda ops: [op(None) for op in ops], sync=sync, name="db")
+    committer.start()
+    for value in ("a", "b"):
+        assert await committer.submit(lambda _, v=value: events.append(("commit", v)) or v) == value
+        assert events[-1] == ("sync", "db")  # answered after its sync, made on the DB thread
+    await committer.close()
+    assert events == [("commit", "a"), ("sync", "db"), ("commit", "b"), ("sync", "db")]
 
 
 @pytest.mark.expect_log_errors(r"store sync failed")

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from lc.store.bounds import StoreBounds
-from lc.store.facade import Store
+from lc.store.facade import EXPIRE_EVERY, Store
 from lc.store.schema import SCHEMA_VERSION
 
 JI = "JointInferenceService"
@@ -147,6 +147,41 @@ async def test_reports_of_unknown_owners_expire_sooner(tmp_path: Path, clock: Cl
             "SELECT name FROM lc_workers ORDER BY name").fetchall())
         assert rows == [("known",), ("late",), ("new",)]  # deleted, not only hidden
         assert store.dropped == {}  # expiry is not a drop
+    finally:
+        await store.close()
+
+
+async def test_expired_records_are_deleted_at_most_every_second_caps_every_batch(
+        tmp_path: Path, clock: Clock) -> None:
+    """Deleting expired records only frees room (reads skip them), so a batch does it at
+    most every EXPIRE_EVERY seconds (a tenth of the shorter TTL if less: 10 s here); the
+    byte caps are kept by every batch."""
+    assert EXPIRE_EVERY == 1.0
+    store = await _open(tmp_path, clock, unknown_owner_ttl=10, unknown_owner_bytes=30_000)
+    try:
+        async def stored() -> list[str]:
+            rows = await store._read(lambda c: c.execute(
+                "SELECT name FROM lc_workers ORDER BY name").fetchall())
+            return [name for (name,) in rows]
+
+        async def write(name: str, after: float, pad: int = 0) -> None:
+            clock.now += after
+            await store.record_report(report(name, "nobody", pad), routed_kind=None, entries=[])
+
+        await write("a", 0)  # expired records deleted now (none), next after 1 s
+        await write("x", 0.9)
+        await write("b", 9.5)  # "a" expired: deleted; next deletion after 1 s
+        assert await stored() == ["b", "x"]
+        await write("c", 0.6)  # "x" just expired: hidden, but no deletion is due
+        assert await _names(store) == ["b", "c"]
+        assert await stored() == ["b", "c", "x"]
+        await write("d", 0.5)  # a second since the last deletion: "x" goes
+        assert await stored() == ["b", "c", "d"]
+        await write("e", 0.1, 20_000)
+        await write("f", 0.1, 20_000)  # no deletion due, but over the cap: the oldest go
+        assert await stored() == ["f"]
+        assert store.dropped == {"unknown_owner": 4}
+        assert await _usage(store) == await _sums(store)
     finally:
         await store.close()
 
