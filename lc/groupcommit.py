@@ -18,8 +18,10 @@ makes every batch committed so far durable with one `sync()` and only then settl
 while the DB thread already runs the next batch. A caller is answered exactly as late as
 with a commit that waits for the disk itself (after the sync that covered its commit
 returned), but the statements of one batch and the fsync of the one before overlap, and
-one fsync covers every batch that committed while the last one ran. A batch none of whose
-writes must be durable is settled as soon as it committed.
+one fsync covers every batch that committed while the last one ran. When nothing waits to
+be committed and the sync thread holds no batch, the DB thread syncs the batch itself: there
+is nothing to overlap, and waking a thread costs about what the disk does. A batch none of
+whose writes must be durable is settled as soon as it committed.
 
 Invariants: exactly one batch runs at a time (one DB thread); a future is resolved once, on
 the loop, after COMMIT returned (and, for a durable batch, a sync begun after it returned)
