@@ -17,7 +17,6 @@ import asyncio
 import copy
 import os
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,15 +34,10 @@ from bench.procstat import cpu_seconds  # noqa: E402
 from gm.app import GlobalManager  # noqa: E402
 from gm.config import parse_config  # noqa: E402
 from shared import apis  # noqa: E402
+from shared.ports import free_port  # noqa: E402
 
 NS = "default"
 HEADERS = {"Content-Type": "application/json"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def examples(name: str) -> list[dict]:

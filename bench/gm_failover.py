@@ -53,7 +53,6 @@ from bench.status_harness import (  # noqa: E402
     NS,
     Proc,
     Stack,
-    free_port,
     ji_models,
     ji_object,
     ji_value,
@@ -65,6 +64,7 @@ from bench.status_watch import (  # noqa: E402
     latencies_ms,
     quantiles,
 )
+from shared.ports import free_port  # noqa: E402
 
 LEASE = "sedna-gm"
 AFTER_KILL = "after-kill"

@@ -62,7 +62,8 @@ from bench.procstat import (  # noqa: E402
     py_spy,
     rss_kib,
 )
-from bench.status_harness import GROUP, NS, Proc, Stack, example_docs, free_port  # noqa: E402
+from bench.status_harness import GROUP, NS, Proc, Stack, example_docs  # noqa: E402
+from shared.ports import free_port  # noqa: E402
 
 
 def say(text: str) -> None:

@@ -28,8 +28,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.lean_lc import Clients, log_file, node_name  # noqa: E402
 from bench.procstat import Usage, cpu_seconds, rss_kib  # noqa: E402
-from bench.status_harness import NS, free_port  # noqa: E402
+from bench.status_harness import NS  # noqa: E402
 from proto import SUBPROTOCOL, Message, encode_native, hello, snapshot_begin, snapshot_end  # noqa: E402
+from shared.ports import free_port  # noqa: E402
 
 
 def dataset(node: str) -> dict:

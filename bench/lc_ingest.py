@@ -20,7 +20,6 @@ import json
 import os
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from shared.ports import free_port  # noqa: E402
+
 WRK = ROOT / ".tools" / "wrk" / "wrk"
 NS = "default"
 SVC = "helmet-detection-inference-example"
@@ -95,12 +98,6 @@ class Run:
     p99_ms: float
     non_2xx: int
     errors: int
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wrk_env() -> dict[str, str]:

@@ -16,11 +16,9 @@ import base64
 import contextlib
 import copy
 import os
-import random
 import re
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -35,6 +33,8 @@ import aiohttp
 import orjson
 import yaml
 
+from shared.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 CRD_DIR = ROOT / "charts" / "sedna" / "crds"
 NS = "default"
@@ -42,42 +42,6 @@ GROUP = "/apis/sedna.io/v1alpha1"
 JI_PLURAL = "jointinferenceservices"
 DS_PLURAL = "datasets"
 HEADERS = {"Content-Type": "application/json"}
-
-
-_HANDED_OUT: set[int] = set()  # ports free_port gave out in this process
-
-
-def free_port() -> int:
-    """A port that binds now and that this process has not handed out before, below the kernel's
-    ephemeral range when it can be: the kernel offers the same port 0 twice over a hundred calls,
-    and takes ports of that range for every outgoing connection, so a service started later
-    with a port from it may find it taken (or, worse, another service answering on it)."""
-    low = _ephemeral_low()
-    for _ in range(1000):
-        if low > 11_000:
-            port = random.randrange(10_000, low)
-        else:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-        if port in _HANDED_OUT:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _HANDED_OUT.add(port)
-        return port
-    raise RuntimeError("no free port found")
-
-
-def _ephemeral_low() -> int:
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 def _program(name: str, module: str) -> list[str]:

@@ -17,7 +17,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -25,17 +24,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shared.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 WEED = Path(os.environ.get("SEDNA_WEED") or ROOT / ".tools" / "seaweedfs" / "weed")
 START_TIMEOUT = 60.0  # seconds until the gateway stores an object (about 3 s on an idle machine)
 REGION = "us-east-1"
 STOP_GRACE = 3.0  # seconds between SIGTERM and SIGKILL
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class S3ServerUnavailable(RuntimeError):

@@ -33,7 +33,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -41,6 +40,8 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from shared.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 HACK = ROOT / "hack" / "kube"
@@ -230,12 +231,6 @@ def make_pki() -> None:
     openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
     for f in PKI.iterdir():
         f.chmod(0o600)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def kubeconfig(server: str, user: str, token: str) -> str:

@@ -19,7 +19,6 @@ import asyncio
 import json
 import re
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ import aiohttp
 import pytest
 import yaml
 
+from shared.ports import free_port
 from tests.cluster.conftest import WITHIN, gm_config
 from tests.cluster.plugin import ROOT, Cluster
 from tests.cluster.test_seed import EXAMPLES, JI, _apply_example, _owned
@@ -47,12 +47,6 @@ AFTER = f"{JI}-after-kill"
 def election() -> str:
     return (f"{{enabled: true, leaseName: {LEASE}, leaseNamespace: NS, leaseDurationSeconds: {LEASE_DURATION}, "
             f"renewDeadlineSeconds: {RENEW_DEADLINE}, retryPeriodSeconds: {RETRY_PERIOD}}}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def parse_metrics(text: str) -> dict[str, float]:

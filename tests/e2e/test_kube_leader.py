@@ -20,8 +20,8 @@ from gm.kube.kubeconfig import ClientSettings
 from gm.kube.leader import LeaderElector, LeaderSettings
 from gm.kube.resources import LEASES, NAMESPACES
 from tests.conftest import eventually
-from tests.e2e.freezable_proxy import FreezableProxy
 from tests.e2e.test_kube_client import NS
+from tests.tcpproxy import TcpProxy
 
 FAST = dict(namespace=NS, name="sedna-gm", lease_duration=2.0, renew_deadline=1.5,
             retry_period=0.1)
@@ -161,7 +161,7 @@ async def test_leader_steps_down_when_lease_is_taken(kube):
     assert timeline.log() == ["start gm-a", "stop gm-a"]
 
 
-async def client_through(proxy: FreezableProxy, cluster, tmp_path) -> KubeClient:
+async def client_through(proxy: TcpProxy, cluster, tmp_path) -> KubeClient:
     """A client whose every request goes through `proxy`; its request timeout (30 s) is far
     longer than the lease, as a default client's is."""
     config = cluster.kubeconfig()
@@ -171,9 +171,9 @@ async def client_through(proxy: FreezableProxy, cluster, tmp_path) -> KubeClient
     return await KubeClient.connect(ClientSettings(kubeconfig=str(path), qps=0, timeout=30))
 
 
-async def start_proxy(cluster) -> FreezableProxy:
+async def start_proxy(cluster) -> TcpProxy:
     url = urlsplit(cluster.url)
-    proxy = FreezableProxy(url.hostname, url.port)
+    proxy = TcpProxy((url.hostname, url.port))
     await proxy.start()
     return proxy
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import sqlite3
 import sys
 import time
@@ -19,18 +18,13 @@ from gm.kube.resources import GVR
 from lc.app import LocalController
 from lc.config import load
 from lc.link.dialer import link_factory
+from shared.ports import free_port
 from tests.conftest import eventually
 from tests.e2e.conftest import load_example
 
 NS = "default"
 JOB = "surface-defect-detection"
 TRAINER = f"{JOB}-trainworker-0"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def lc_env(tmp_path: Path, node: str, gm_port: int, **extra: str) -> dict[str, str]:

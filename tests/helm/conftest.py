@@ -4,7 +4,6 @@ runtime runs the chart's image as the real GM and LC (`python -m gm.cli` / `lc.c
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -26,12 +25,6 @@ def chart_image_map() -> dict:
     return {CHART_IMAGE: {"command": [sys.executable, "-m", "gm.cli"], "cwd": str(ROOT),
                           "programs": {"sedna-gm": [sys.executable, "-m", "gm.cli"],
                                        "sedna-lc": [sys.executable, "-m", "lc.cli"]}}}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -16,8 +16,9 @@ import aiohttp
 import pytest
 
 from shared import apis
+from shared.ports import free_port
 from tests.conftest import eventually
-from tests.helm.conftest import CHART, free_port
+from tests.helm.conftest import CHART
 from tests.helm.helmbin import ROOT
 
 NS = "sedna"

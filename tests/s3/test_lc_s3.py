@@ -31,7 +31,7 @@ from lc.files import Caps
 from lc.s3 import S3Client, S3Credential, S3Url
 from tests.conftest import eventually
 from tests.s3.conftest import FAST
-from tests.s3proxy import CountingProxy
+from tests.tcpproxy import TcpProxy
 
 MiB = 1 << 20
 BIG = Caps(64 * MiB)
@@ -214,7 +214,7 @@ async def test_refused_endpoint_fails_after_bounded_attempts(s3_server, caplog):
 
 async def test_silent_endpoint_times_out_after_bounded_attempts(s3_server, caplog):
     quick = dataclasses.replace(FAST, read_timeout=0.5)  # each attempt waits it out
-    async with CountingProxy(None) as silent:  # accepts, never answers
+    async with TcpProxy(None) as silent:  # accepts, never answers
         credential = S3Credential.from_map({**s3_server.credential_map(), "s3-endpoint": silent.endpoint})
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -232,7 +232,7 @@ async def test_throttled_requests_are_retried_until_they_pass(s3_server, credent
                                                              tmp_path, caplog):
     data = index_lines(1000)
     await admin.put_object(Bucket=bucket, Key="ds/index.txt", Body=data)
-    async with CountingProxy(("127.0.0.1", s3_server.port), throttle_first=2) as proxy:
+    async with TcpProxy(("127.0.0.1", s3_server.port), answer_first=2) as proxy:
         via_proxy = dataclasses.replace(credential, endpoint=proxy.endpoint)
         async with S3Client(via_proxy, settings=FAST) as s3:
             assert await s3.read(S3Url(bucket, "ds/index.txt"), BIG) == data
@@ -244,7 +244,7 @@ async def test_throttled_requests_are_retried_until_they_pass(s3_server, credent
 
 
 async def test_cancelled_download_leaves_nothing(s3_server, credential, tmp_path):
-    async with CountingProxy(None) as silent:
+    async with TcpProxy(None) as silent:
         via_silent = dataclasses.replace(credential, endpoint=silent.endpoint)
         async with S3Client(via_silent, settings=FAST) as s3:
             task = asyncio.create_task(s3.download(S3Url("bucket", "x.txt"), str(tmp_path / "x.txt"), BIG))
@@ -260,7 +260,7 @@ async def test_huge_object_is_refused_by_its_size_unread(s3_server, credential, 
     size = 32 * MiB
     await admin.put_object(Bucket=bucket, Key="huge.txt", Body=b"\n" * size)
     cap = Caps(MiB)
-    async with CountingProxy(("127.0.0.1", s3_server.port)) as proxy:
+    async with TcpProxy(("127.0.0.1", s3_server.port)) as proxy:
         via_proxy = dataclasses.replace(credential, endpoint=proxy.endpoint)
         async with S3Client(via_proxy, settings=dataclasses.replace(FAST, part_bytes=8 * MiB)) as s3:
             with pytest.raises(StorageTooLarge) as caught:

@@ -24,7 +24,7 @@ from devcluster.s3server import S3Endpoint
 from lc.s3 import S3Clients, S3Credential
 from tests.conftest import eventually
 from tests.learningjobs import IL, LINES, NS, _cond, _il_job, _node_objects, _obj
-from tests.s3proxy import CountingProxy
+from tests.tcpproxy import TcpProxy
 from tests.unit.test_lc_support import running_lc
 
 MiB = 1 << 20
@@ -162,7 +162,7 @@ async def test_s3_dataset_problems_are_reported_on_the_dataset(s3_server, bucket
 async def test_an_index_over_the_cap_is_refused_by_its_size(s3_server, admin, bucket, tmp_path):
     huge = index(60_000)  # 900 KB
     await admin.put_object(Bucket=bucket, Key="huge.txt", Body=huge)
-    async with CountingProxy((s3_server.host, s3_server.port)) as proxy, \
+    async with TcpProxy((s3_server.host, s3_server.port)) as proxy, \
             running_lc(tmp_path, LC_INDEX_MAX_BYTES="4096", **FAST) as (lc, _):
         await lc.apply_upsert("Dataset", NS, "ds", s3_dataset(
             f"s3://{bucket}/huge.txt", annotation(s3_server, **{"s3-endpoint": proxy.endpoint})))
@@ -255,7 +255,7 @@ async def test_il_deploy_copies_the_trained_model_over_the_deploy_model(
     else:
         (rootfs / "output/train/1").mkdir(parents=True)
         (rootfs / "output/train/1/model.pb").write_bytes(model)
-    async with CountingProxy((s3_server.host, s3_server.port)) as proxy:
+    async with TcpProxy((s3_server.host, s3_server.port)) as proxy:
         via_proxy = annotation(s3_server, **{"s3-endpoint": proxy.endpoint})
         async with running_lc(tmp_path, **FAST) as (lc, _):
             await _node_objects(lc, rootfs)
