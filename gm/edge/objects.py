@@ -45,6 +45,7 @@ from typing import Any
 from gm.kinds import reconciled_kinds
 from gm.kube.informer import InformerFactory, SharedInformer
 from gm.kube.resources import PODS, SECRETS, sedna_gvr
+from gm.kube.store import index_reads
 from gm.reconcile.credentials import index_credentials, using_secret
 from gm.reports import edge_view
 from gm.workers.gojson import go_json
@@ -407,6 +408,7 @@ class EdgeObjects:
 INDEX_WORKER_OWNER = "worker-owner-uid"
 
 
+@index_reads("metadata.labels")
 def worker_owner_uid(pod: Obj) -> list[str]:
     """`<kind>.sedna.io/uid=<uid>`: the label naming the CR a worker pod belongs to (the only
     label the placement rules look pods up by, so the only one indexed)."""

@@ -17,6 +17,33 @@ from shared.logs import event
 log = logging.getLogger(__name__)
 
 IndexFunc = Callable[[dict[str, Any]], Iterable[str]]
+Path = tuple[str, ...]
+
+
+def index_reads(*paths: str) -> Callable[[IndexFunc], IndexFunc]:
+    """Declare what an index function reads of an object besides its key (namespace and
+    name), as dotted paths ("spec", "metadata.labels"): an update in which every one of
+    them is equal (`==`) keeps the object's index values without calling the function.
+    Declare none for a function of the key alone. Undeclared functions run on every update.
+    Only for functions whose values cannot differ between `==` parts (1 == 1.0 == True)."""
+    def mark(fn: IndexFunc) -> IndexFunc:
+        fn.index_reads = tuple(tuple(path.split(".")) for path in paths)  # type: ignore[attr-defined]
+        return fn
+    return mark
+
+
+def _part(obj: dict[str, Any], path: Path) -> Any:
+    for name in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(name)
+    return obj
+
+
+def _unchanged(fn: IndexFunc, old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether `fn` (declared with `index_reads`) would index `new` as it did `old`."""
+    paths: tuple[Path, ...] | None = getattr(fn, "index_reads", None)
+    return paths is not None and all(_part(old, path) == _part(new, path) for path in paths)
 
 INDEX_NAMESPACE = "namespace"
 INDEX_OWNER = "owner-uid"
@@ -43,11 +70,13 @@ def split_key(key: str) -> tuple[str | None, str]:
     return ns, name
 
 
+@index_reads()  # the namespace is the key's
 def by_namespace(obj: dict[str, Any]) -> list[str]:
     ns = (obj.get("metadata") or {}).get("namespace")
     return [ns] if ns else []
 
 
+@index_reads("metadata.ownerReferences")
 def by_controller_uid(obj: dict[str, Any]) -> list[str]:
     """The uid of the object's controller ownerReference (at most one)."""
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
@@ -56,6 +85,7 @@ def by_controller_uid(obj: dict[str, Any]) -> list[str]:
     return []
 
 
+@index_reads("metadata.labels")
 def by_label(obj: dict[str, Any]) -> list[str]:
     """One `key=value` entry per label: an index a cache asks for (`add_indexer(INDEX_LABEL,
     by_label)`), not a default, since it holds an entry per label of every object (about
@@ -120,10 +150,12 @@ class Store:
         """Insert or replace; returns the previous object for that key."""
         key = object_key(obj)
         old = self._items.get(key)
-        if old is not None:
-            self._unindex(key, old)
         self._items[key] = obj
-        for name in self._indexers:
+        for name, fn in self._indexers.items():
+            if old is not None:
+                if _unchanged(fn, old, obj):  # a status write, say: the same values
+                    continue
+                self._unindex_one(name, key, old)
             self._index_one(name, key, obj)
         return old
 
@@ -149,10 +181,13 @@ class Store:
 
     def _unindex(self, key: str, obj: dict[str, Any]) -> None:
         for name in self._indexers:
-            bucket = self._indices[name]
-            for value in self._values(name, key, obj):
-                keys = bucket.get(value)
-                if keys is not None:
-                    keys.discard(key)
-                    if not keys:
-                        del bucket[value]
+            self._unindex_one(name, key, obj)
+
+    def _unindex_one(self, name: str, key: str, obj: dict[str, Any]) -> None:
+        bucket = self._indices[name]
+        for value in self._values(name, key, obj):
+            keys = bucket.get(value)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del bucket[value]

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gm.kube.informer import SharedInformer
+from gm.kube.store import index_reads
 from gm.reconcile.context import Context, own_key
 
 INDEX_CREDENTIAL = "credential"  # `namespace/secret` for each credentialName in an object's spec
@@ -39,6 +40,7 @@ def credential_names(*objs: Mapping[str, Any] | None) -> set[str]:
     return names
 
 
+@index_reads("spec")  # and the namespace, the key's
 def credential_refs(obj: Mapping[str, Any]) -> list[str]:
     """The `credential` index: `namespace/name` of every Secret the object's spec names."""
     ns = (obj.get("metadata") or {}).get("namespace")

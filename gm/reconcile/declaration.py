@@ -67,16 +67,25 @@ class Watches:
     matters: Callable[[Obj, Obj], bool] = _always
     # whether its objects name Secrets (`credentialName`) that the CR then uses
     credentials: bool = True
+    # what `refs` reads of the CR, as dotted paths (`index_reads`); None: it may read anything
+    refs_read: tuple[str, ...] | None = None
 
 
 def uses_models(api: apis.SednaKind) -> Watches:
     """Watch the Models at the kind's registered model paths."""
-    return Watches(sedna_gvr(apis.MODEL), refs=lambda cr: apis.model_names(api, dict(cr)))
+    return Watches(sedna_gvr(apis.MODEL), refs=lambda cr: apis.model_names(api, dict(cr)),
+                   refs_read=_paths_read(api.model_paths))
 
 
 def uses_datasets(api: apis.SednaKind) -> Watches:
     """Watch the Datasets at the kind's registered dataset paths."""
-    return Watches(sedna_gvr(apis.DATASET), refs=lambda cr: apis.dataset_names(api, dict(cr)))
+    return Watches(sedna_gvr(apis.DATASET), refs=lambda cr: apis.dataset_names(api, dict(cr)),
+                   refs_read=_paths_read(api.dataset_paths))
+
+
+def _paths_read(paths: tuple[apis.FieldPath, ...]) -> tuple[str, ...]:
+    """The top-level fields (`spec`) that a kind's registered paths start in."""
+    return tuple(sorted({path[0] for path in paths}))
 
 
 @dataclass(frozen=True, slots=True)

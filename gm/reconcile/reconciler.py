@@ -37,6 +37,7 @@ from gm.errors import TemporaryError
 from gm.kube.apierrors import ApiError, Conflict, NotFound
 from gm.kube.informer import SharedInformer
 from gm.kube.resources import GVR, NODES, sedna_gvr
+from gm.kube.store import index_reads
 from gm.reconcile.context import Context, children_by_name, on_any_change, own_key, owner_key, split
 from gm.reconcile.credentials import (
     cached_secrets,
@@ -298,7 +299,7 @@ def _refs_of(watch: Watches) -> Callable[[Mapping[str, Any]], list[str]]:
     def index(obj: Mapping[str, Any]) -> list[str]:
         ns = (obj.get("metadata") or {}).get("namespace")
         return [f"{ns}/{name}" for name in refs(obj)]
-    return index
+    return index if watch.refs_read is None else index_reads(*watch.refs_read)(index)
 
 
 def _if_matters(watch: Watches, fn: Callable[[Mapping[str, Any]], None]):
