@@ -142,7 +142,9 @@ async def main(args: argparse.Namespace) -> None:
                 await asyncio.sleep(0.1)
             elapsed = time.perf_counter() - start
             gm_cpu, server_cpu = _cpu_self() - cpu0, cpu_seconds(server.pid) - server_cpu0
-            writes = sum(gm.kube_metrics.api_requests.value(verb, code)
+            registry = gm.kube_metrics.registry
+            writes = sum(registry.get_sample_value("sedna_gm_api_requests_total",
+                                                   {"verb": verb, "code": code}) or 0.0
                          for verb in ("create", "update", "patch", "delete")
                          for code in ("200", "201"))
             await gm.stop()
