@@ -125,7 +125,7 @@ async def one_run(n: int, *, within: float) -> dict[str, float]:
         events = await events_written(stack) - events0
         mem, cpu = memory_kib(pid), cpu_seconds(pid) - cpu0
     writes = sum(after.get((v, c), 0) - before.get((v, c), 0) for v in WRITES for c in ("200", "201")) - events
-    all_calls = sum(v - before.get(k, 0) for k, v in after.items() if k[0] != "hub")
+    all_calls = sum(v - before.get(k, 0) for k, v in after.items() if k[0] not in ("hub", "apply"))
     children = sum(CHILDREN[c["kind"]] for c in crs)
     return {"n": n, "converged": done, "posted_s": posted, "converge_s": elapsed, "writes": writes,
             "events": events,

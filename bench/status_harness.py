@@ -352,15 +352,18 @@ class Stack:
     # -- observation of the services
 
     async def gm_requests(self) -> dict[tuple[str, ...], float]:
-        """`sedna_gm_api_requests_total` by (verb, code) and `sedna_gm_hub_status_reports_total` by
-        ("hub", result), from the GM's /metrics."""
+        """`sedna_gm_api_requests_total` by (verb, code), `sedna_gm_hub_status_reports_total` by
+        ("hub", result) and the buckets of `sedna_gm_status_pipeline_apply_seconds` by ("apply",
+        le), from the GM's /metrics."""
         text = await self._text(f"{self.gm_url}/metrics")
         out: dict[tuple[str, ...], float] = {}
-        for m in re.finditer(r'^(sedna_gm_api_requests_total|sedna_gm_hub_status_reports_total)\{([^}]*)\}\s+([0-9.e+]+)$',
+        for m in re.finditer(r'^(sedna_gm_api_requests_total|sedna_gm_hub_status_reports_total|'
+                             r'sedna_gm_status_pipeline_apply_seconds_bucket)\{([^}]*)\}\s+([0-9.e+]+)$',
                              text, re.M):
             labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
             key = ((labels.get("verb", ""), labels.get("code", "")) if m.group(1) == "sedna_gm_api_requests_total"
-                   else ("hub", labels.get("result", "")))
+                   else ("hub", labels.get("result", "")) if m.group(1) == "sedna_gm_hub_status_reports_total"
+                   else ("apply", labels.get("le", "")))
             out[key] = float(m.group(3))
         return out
 

@@ -74,6 +74,7 @@ class Run:
     regressions: int
     api: dict  # (verb, code) -> delta of sedna_gm_api_requests_total
     hub: dict  # result -> delta of sedna_gm_hub_status_reports_total
+    apply: dict  # le -> delta of sedna_gm_status_pipeline_apply_seconds_bucket (cumulative)
     status_events: int  # watch events of the objects in the window (successful writes that changed them)
     event_writes: dict  # ADDED/MODIFIED watch events of Events about the JIs (the GM's Event creates/patches)
     shown: str = ""  # what the CR showed at the end, when it matters
@@ -124,8 +125,9 @@ async def measured(label: str, stack: Stack, tracker: Tracker, keys: list[str], 
                last_visible=None if done is None else done - last_post, wait=wait,
                regressions=tracker.regressions() - regress0,
                api={k: after.get(k, 0) - before.get(k, 0) for k in set(after) | set(before)
-                    if after.get(k, 0) != before.get(k, 0) and k[0] != "hub"},
+                    if after.get(k, 0) != before.get(k, 0) and k[0] not in ("hub", "apply")},
                hub={k[1]: after.get(k, 0) - before.get(k, 0) for k in after if k[0] == "hub"},
+               apply={k[1]: after.get(k, 0) - before.get(k, 0) for k in after if k[0] == "apply"},
                event_writes={k: v - ev0.get(k, 0) for k, v in tracker.event_writes.items()},
                status_events=sum(t.events for t in tracks) - events0,
                shown=f"#{max(0, (tracks[0].high or 0) - new[0].value + 1)} of {len(new)}" if len(keys) == 1 else "")
@@ -286,7 +288,7 @@ def run_rows(runs: list[Run], ref: Run | None = None) -> list[list[str]]:
 def print_c(runs: list[Run]) -> None:
     head = ["run", "reports", "status update 200/409/5xx", "status patch 200/409/5xx", "get",
             "Event create/patch", "all GM calls", "JI watch events", "hub applied/deferred/held",
-            "status writes / applied report", "API calls / status write"]
+            "status writes / applied report", "API calls / status write", "in the GM p50/p99"]
     rows = []
     for r in runs:
         ev_create, ev_patch = r.event_writes.get("ADDED", 0), r.event_writes.get("MODIFIED", 0)
@@ -301,8 +303,26 @@ def print_c(runs: list[Run]) -> None:
                      f"{int(sum(r.api.values())):,}", f"{r.status_events:,}",
                      "/".join(str(int(r.hub.get(k, 0))) for k in ("applied", "deferred", "held")),
                      f"{writes / r.applied:.2f}" if r.applied else "-",
-                     f"{calls / ok_writes:.2f}" if ok_writes else "-"])
+                     f"{calls / ok_writes:.2f}" if ok_writes else "-",
+                     " / ".join(ms(bucket_quantile(q, r.apply)) for q in (0.5, 0.99))])
     table(head, rows)
+
+
+def bucket_quantile(q: float, buckets: dict[str, float]) -> float:
+    """The q-quantile of a histogram's cumulative bucket counts (le -> count), interpolated
+    within its bucket as Prometheus' histogram_quantile does; NaN for no observations."""
+    bounds = sorted((math.inf if le == "+Inf" else float(le), n) for le, n in buckets.items())
+    if not bounds or bounds[-1][1] <= 0:
+        return math.nan
+    rank = q * bounds[-1][1]
+    low, below = 0.0, 0.0
+    for bound, count in bounds:
+        if count >= rank:
+            if math.isinf(bound):
+                return low * 1000
+            return (low + (bound - low) * (rank - below) / max(count - below, 1e-9)) * 1000
+        low, below = bound, count
+    return math.nan
 
 
 async def main(args: argparse.Namespace) -> None:

@@ -9,14 +9,20 @@ until the node is forgotten, so the series stay bounded by the nodes that exist.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from gm.edge.hub import Hub
 from gm.edge.objects import EdgeObjects
-from gm.edge.pipeline import StatusPipeline
+from gm.edge.pipeline import APPLY_BUCKETS, PipelineStats, StatusPipeline
 
 # label value -> the stats attribute that counts it
 SESSIONS = {"opened": "sessions_opened", "replaced": "sessions_replaced", "dead": "sessions_dead",
@@ -70,7 +76,21 @@ class EdgeCollector(Collector):
         yield GaugeMetricFamily("sedna_gm_status_pipeline_queued",
                                 "reports waiting for their status write",
                                 value=pipeline.queued() if pipeline is not None else 0)
+        yield apply_histogram(pipeline.stats if pipeline is not None else None)
         yield from node_series(hub)
+
+
+def apply_histogram(stats: PipelineStats | None) -> Metric:
+    """Seconds from a report reaching the status pipeline to the commit of the write that
+    settled it: the GM's own share of a report's way to the status."""
+    counts = stats.apply_counts if stats is not None else [0] * (len(APPLY_BUCKETS) + 1)
+    cumulative = list(itertools.accumulate(counts))
+    buckets = [(f"{bound:g}", n) for bound, n in zip(APPLY_BUCKETS, cumulative, strict=False)]
+    buckets.append(("+Inf", cumulative[-1]))
+    return HistogramMetricFamily("sedna_gm_status_pipeline_apply_seconds",
+                                 "seconds from a report reaching the status pipeline to the commit "
+                                 "of the write that applied it", buckets=buckets,
+                                 sum_value=stats.apply_sum if stats is not None else 0.0)
 
 
 def node_series(hub: Hub | None) -> Iterable[Metric]:

@@ -38,6 +38,7 @@ still queued joins it instead of queueing twice.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import itertools
 import logging
 from collections.abc import Callable, Hashable
@@ -69,6 +70,10 @@ class Verdict:
     object: Obj  # the object as written (or as read when nothing changed)
 
 
+APPLY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+"""Upper bounds (seconds) of the apply-time histogram's buckets."""
+
+
 @dataclass(slots=True)
 class PipelineStats:
     """Counters for the GM's /metrics."""
@@ -80,6 +85,14 @@ class PipelineStats:
     refused: int = 0  # reports refused for good (permanent API errors, object gone, implausible)
     stale: int = 0  # reports not newer than the status (replays, resends)
     coalesced: int = 0  # reports that shared a write with an earlier one of the same batch
+    # seconds from a report's submit to the commit of the write that settled it (applied or
+    # stale): per APPLY_BUCKETS bound the reports within it (not cumulative), then the rest
+    apply_counts: list[int] = field(default_factory=lambda: [0] * (len(APPLY_BUCKETS) + 1))
+    apply_sum: float = 0.0
+
+    def settled_after(self, seconds: float) -> None:
+        self.apply_counts[bisect.bisect_left(APPLY_BUCKETS, seconds)] += 1
+        self.apply_sum += seconds
 
 
 @dataclass(slots=True)
@@ -87,6 +100,7 @@ class _Report:
     stamp: ReportStamp
     mutate: Mutate
     done: asyncio.Future[Verdict]
+    since: float  # loop time it was submitted
 
 
 @dataclass(slots=True)
@@ -122,7 +136,8 @@ class StatusPipeline:
         ident: Hashable = (stamp.node, stamp.epoch, stamp.seq) if stamp.sequenced else next(self._unsequenced)
         report = queue.reports.get(ident)
         if report is None or report.done.done():  # a resend of a queued report shares its future
-            report = queue.reports[ident] = _Report(stamp, mutate, asyncio.get_running_loop().create_future())
+            loop = asyncio.get_running_loop()
+            report = queue.reports[ident] = _Report(stamp, mutate, loop.create_future(), loop.time())
             self.stats.reports += 1
         if queue.writer is None:
             queue.writer = asyncio.create_task(self._drain(key, queue), name=f"status-{gvr.plural}-{namespace}/{name}")
@@ -236,6 +251,7 @@ class StatusPipeline:
 
     def _settle(self, batch: list[_Report], verdicts: list[Verdict | str]) -> None:
         applied = 0
+        now = asyncio.get_running_loop().time()
         for report, verdict in zip(batch, verdicts, strict=True):
             if isinstance(verdict, str):
                 self.stats.refused += 1
@@ -243,6 +259,7 @@ class StatusPipeline:
                 continue
             applied += verdict.applied
             self.stats.stale += not verdict.applied
+            self.stats.settled_after(now - report.since)
             if not report.done.done():
                 report.done.set_result(verdict)
         self.stats.coalesced += max(applied - 1, 0)

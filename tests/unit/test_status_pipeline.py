@@ -238,3 +238,28 @@ def test_merge_patch_sends_only_what_changed():
     old = {"a": 1, "b": {"x": 1, "y": 2}, "c": [1], "gone": True}
     new = {"a": 1, "b": {"x": 1, "y": 3}, "c": [1, 2], "d": "new"}
     assert merge_patch(old, new) == {"gone": None, "b": {"y": 3}, "c": [1, 2], "d": "new"}
+
+
+async def test_the_time_to_apply_each_report_is_measured(api: MemApi, pipeline: StatusPipeline):
+    """`sedna_gm_status_pipeline_apply_seconds`: per report settled (applied or stale), the time
+    from its submit to the commit that settled it, retries included; a refused one is not."""
+    from prometheus_client import CollectorRegistry
+
+    from gm.edge.metrics import EdgeCollector
+
+    api.fail = [Unavailable(503, "ServiceUnavailable", "down")]  # one retry: >= base_delay
+    applied = await asyncio.gather(*(pipeline.submit(JI, NS, "ji", stamp(seq), set_count(seq)) for seq in (1, 2)))
+    stale = await pipeline.submit(JI, NS, "ji", stamp(1), set_count(1))  # a replay: settled, not newer
+    with pytest.raises(ReportRefused):
+        await pipeline.submit(DS, NS, "gone", stamp(1), set_count(1))
+    assert all(v.applied for v in applied) and not stale.applied
+    assert sum(pipeline.stats.apply_counts) == 3
+    registry = CollectorRegistry()
+    collector = EdgeCollector()
+    collector.pipeline = pipeline
+    registry.register(collector)
+    name = "sedna_gm_status_pipeline_apply_seconds"
+    assert registry.get_sample_value(f"{name}_count") == 3
+    assert registry.get_sample_value(f"{name}_bucket", {"le": "+Inf"}) == 3
+    assert 0.001 <= registry.get_sample_value(f"{name}_sum") < 5  # the first two waited out a retry
+    assert registry.get_sample_value(f"{name}_bucket", {"le": "30"}) == 3
