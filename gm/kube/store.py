@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from shared.logs import event
+from shared.objects import deep_get
 
 log = logging.getLogger(__name__)
 
 IndexFunc = Callable[[dict[str, Any]], Iterable[str]]
-Path = tuple[str, ...]
 
 
 def index_reads(*paths: str) -> Callable[[IndexFunc], IndexFunc]:
@@ -32,18 +32,11 @@ def index_reads(*paths: str) -> Callable[[IndexFunc], IndexFunc]:
     return mark
 
 
-def _part(obj: dict[str, Any], path: Path) -> Any:
-    for name in path:
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(name)
-    return obj
-
-
 def _unchanged(fn: IndexFunc, old: dict[str, Any], new: dict[str, Any]) -> bool:
     """Whether `fn` (declared with `index_reads`) would index `new` as it did `old`."""
-    paths: tuple[Path, ...] | None = getattr(fn, "index_reads", None)
-    return paths is not None and all(_part(old, path) == _part(new, path) for path in paths)
+    paths: tuple[tuple[str, ...], ...] | None = getattr(fn, "index_reads", None)
+    return paths is not None and all(deep_get(old, *path) == deep_get(new, *path) for path in paths)
+
 
 INDEX_NAMESPACE = "namespace"
 INDEX_OWNER = "owner-uid"
